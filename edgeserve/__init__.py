@@ -1,0 +1,3 @@
+"""edgeserve: a lightweight LLM server for the edge."""
+
+__version__ = "0.1.0"

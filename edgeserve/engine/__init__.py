@@ -1,0 +1,1 @@
+"""The engine: one thread owns llama.cpp; nothing here knows about HTTP."""

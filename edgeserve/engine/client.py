@@ -1,0 +1,90 @@
+"""The asyncio side of the engine: submit work, await its events, abort on cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from types import TracebackType
+
+from edgeserve.engine.scheduler import Engine
+from edgeserve.engine.sequence import Job, Sink
+from edgeserve.engine.types import (
+    EngineStats,
+    Finished,
+    GenerationRequest,
+    PromptInfo,
+    TextDelta,
+)
+from edgeserve.errors import EngineError
+
+
+class Generation:
+    """One submitted request, bound to the event loop that created it.
+
+    Use as an async context manager: leaving it early (an exception, a cancelled handler, a
+    client that went away) aborts the request so its sequences are freed within one step.
+    """
+
+    def __init__(self, engine: Engine, request: GenerationRequest) -> None:
+        self._engine = engine
+        self._request = request
+        self._queue: asyncio.Queue[object] = asyncio.Queue()
+        self._job: Job | None = None
+        self._open = 0
+
+    async def __aenter__(self) -> Generation:
+        loop = asyncio.get_running_loop()
+        self._job = self._engine.submit(self._request, Sink(loop, self._queue.put_nowait))
+        self._open = self._request.n
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._job is not None and self._open:
+            self._engine.cancel(self._job)
+
+    async def _next(self) -> object:
+        event = await self._queue.get()
+        if isinstance(event, EngineError):
+            self._open = 0
+            raise event
+        return event
+
+    async def admitted(self) -> PromptInfo:
+        """Wait until the prompt was tokenized and accepted (raises the engine's rejection)."""
+        event = await self._next()
+        assert isinstance(event, PromptInfo)
+        return event
+
+    async def events(self) -> AsyncIterator[TextDelta | Finished]:
+        """Yield text deltas and finishes until every choice has finished."""
+        while self._open:
+            event = await self._next()
+            if isinstance(event, Finished):
+                self._open -= 1
+            assert isinstance(event, TextDelta | Finished)
+            yield event
+
+
+class EngineClient:
+    """What the HTTP layer holds: start generations, read stats, manage the engine's life."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def generate(self, request: GenerationRequest) -> Generation:
+        """A generation to use with `async with`."""
+        return Generation(self.engine, request)
+
+    def stats(self) -> EngineStats:
+        """The engine's current counters."""
+        return self.engine.stats()
+
+    @property
+    def can_generate(self) -> bool:
+        """False for classifier / reranker models, which only score."""
+        return self.engine.can_generate

@@ -1,0 +1,183 @@
+"""Loading a GGUF with llama.cpp: model, vocabulary, context, tokenizer and metadata."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from contextlib import ExitStack
+from typing import Any
+
+import llama_cpp as lc
+
+from edgeserve.engine.types import EngineConfig
+
+log = logging.getLogger("edgeserve.engine")
+_llama_log = logging.getLogger("edgeserve.llama")
+
+# ggml levels: 1 debug, 2 info (chatty load details, kept at debug here), 3 warn, 4 error, 5 cont.
+_LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
+OUTPUT_ROWS = 64
+
+
+@lc.llama_log_callback
+def _on_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+    """Route llama.cpp's own log lines into the `edgeserve.llama` logger."""
+    py_level = _LEVELS.get(level, logging.DEBUG)
+    if _llama_log.isEnabledFor(py_level):
+        _llama_log.log(py_level, "%s", text.decode("utf-8", "replace").rstrip())
+
+
+_backend_ready = False
+
+
+def _init_backend() -> None:
+    global _backend_ready
+    if not _backend_ready:
+        lc.llama_log_set(_on_llama_log, ctypes.c_void_p(0))
+        lc.llama_backend_init()
+        _backend_ready = True
+
+
+class ModelLoadError(RuntimeError):
+    """The GGUF could not be loaded (missing, corrupt, unsupported, or out of memory)."""
+
+
+class LoadedModel:
+    """A llama.cpp model plus one context sized for continuous batching.
+
+    Owned by the engine thread; only `metadata`, `n_ctx` and friends are safe to read elsewhere.
+    """
+
+    def __init__(self, config: EngineConfig) -> None:
+        _init_backend()
+        self.config = config
+        self._stack = ExitStack()
+        mparams = lc.llama_model_default_params()
+        mparams.n_gpu_layers = config.n_gpu_layers if config.n_gpu_layers >= 0 else 0x7FFFFFFF
+        mparams.use_mmap = config.use_mmap
+        mparams.use_mlock = config.use_mlock
+        model = lc.llama_model_load_from_file(config.model_path.encode(), mparams)
+        if not model:
+            raise ModelLoadError(f"llama.cpp could not load the model file {config.model_path}")
+        self.model = model
+        self._stack.callback(lc.llama_model_free, model)
+        self.vocab = lc.llama_model_get_vocab(model)
+        self.n_vocab = lc.llama_vocab_n_tokens(self.vocab)
+        self.metadata = _read_metadata(model)
+        self.n_ctx_train = lc.llama_model_n_ctx_train(model)
+        self.n_layer = lc.llama_model_n_layer(model)
+        pooling = self.metadata.get(f"{self.architecture}.pooling_type")
+        self.is_classifier = pooling == str(lc.LLAMA_POOLING_TYPE_RANK)
+
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = config.n_ctx
+        cparams.n_batch = config.n_batch
+        cparams.n_ubatch = config.n_batch
+        cparams.n_seq_max = config.parallel
+        cparams.n_outputs_max = max(config.parallel, OUTPUT_ROWS)
+        cparams.n_outputs_max_per_seq = 0
+        threads = config.n_threads or 1
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        cparams.kv_unified = True
+        cparams.no_perf = True
+        cparams.flash_attn_type = (
+            lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if config.flash_attn else lc.LLAMA_FLASH_ATTN_TYPE_AUTO
+        )
+        ctx = lc.llama_init_from_model(model, cparams)
+        if not ctx:
+            self._stack.close()
+            raise ModelLoadError(
+                f"llama.cpp could not create a context of {config.n_ctx} tokens "
+                f"x {config.parallel} sequences (out of memory?)"
+            )
+        self.ctx = ctx
+        self._stack.callback(lc.llama_free, ctx)
+        self.memory = lc.llama_get_memory(ctx)
+        self.n_ctx = lc.llama_n_ctx(ctx)
+        self.add_bos = bool(lc.llama_vocab_get_add_bos(self.vocab))
+        self.bos = lc.llama_vocab_bos(self.vocab)
+        self.gpu_offload = bool(lc.llama_supports_gpu_offload())
+        self.n_gpu_layers = min(self.n_layer + 1, mparams.n_gpu_layers) if self.gpu_offload else 0
+        self._pieces: dict[int, bytes] = {}
+        self._piece_buf = ctypes.create_string_buffer(256)
+        log.info(
+            "loaded %s: %d layers, vocab %d, n_ctx %d, %d sequences, %d threads",
+            config.model_path,
+            self.n_layer,
+            self.n_vocab,
+            self.n_ctx,
+            config.parallel,
+            threads,
+        )
+
+    @property
+    def architecture(self) -> str:
+        """`general.architecture` from the GGUF metadata ("" when absent)."""
+        return self.metadata.get("general.architecture", "")
+
+    @property
+    def chat_template(self) -> str | None:
+        """The GGUF's own `tokenizer.chat_template`, if it has one."""
+        return self.metadata.get("tokenizer.chat_template")
+
+    def token_text(self, token: int) -> str:
+        """The text of a special token such as BOS or EOS ("" for none)."""
+        if token < 0:
+            return ""
+        return self.piece(token, special=True).decode("utf-8", "replace")
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        """Tokenize `text`; `add_special` adds BOS/EOS as the model's metadata says."""
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        buf = (lc.llama_token * cap)()
+        n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (lc.llama_token * cap)()
+            n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int, *, special: bool = False) -> bytes:
+        """The bytes a token stands for (cached; special tokens render as "" unless asked)."""
+        key = token if not special else -token - 1
+        cached = self._pieces.get(key)
+        if cached is not None:
+            return cached
+        n = lc.llama_token_to_piece(self.vocab, token, self._piece_buf, 256, 0, special)
+        if n < 0:
+            big = ctypes.create_string_buffer(-n)
+            n = lc.llama_token_to_piece(self.vocab, token, big, -n, 0, special)
+            out = big.raw[:n]
+        else:
+            out = self._piece_buf.raw[:n]
+        self._pieces[key] = out
+        return out
+
+    def is_eog(self, token: int) -> bool:
+        """True for end-of-generation tokens (EOS, EOT, <end_of_turn> …)."""
+        return bool(lc.llama_vocab_is_eog(self.vocab, token))
+
+    def close(self) -> None:
+        """Free the context and the model."""
+        self._stack.close()
+
+
+def _read_metadata(model: Any) -> dict[str, str]:
+    """All GGUF metadata key/value pairs as strings."""
+    out: dict[str, str] = {}
+    n = lc.llama_model_meta_count(model)
+    key_buf = ctypes.create_string_buffer(256)
+    for i in range(n):
+        klen = lc.llama_model_meta_key_by_index(model, i, key_buf, 256)
+        if klen < 0:
+            continue
+        key = key_buf.value.decode("utf-8", "replace")
+        vlen = lc.llama_model_meta_val_str_by_index(model, i, None, 0)
+        if vlen < 0:
+            continue
+        val_buf = ctypes.create_string_buffer(vlen + 1)
+        lc.llama_model_meta_val_str_by_index(model, i, val_buf, vlen + 1)
+        out[key] = val_buf.value.decode("utf-8", "replace")
+    return out

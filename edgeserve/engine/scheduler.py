@@ -1,0 +1,408 @@
+"""The engine thread: continuous batching over llama.cpp sequences.
+
+One thread owns the model and context. Each step builds ONE `llama_decode` batch holding the
+next token of every generating sequence plus chunks of waiting prompts (up to `n_batch`),
+then samples each sequence with its own native sampler chain. Results reach the event loop
+with one `call_soon_threadsafe` per loop per step.
+
+Admission is FIFO. A request needs `n` free sequence ids and a KV reservation of its prompt
+plus `n × min(max_tokens, n_ctx / parallel)` cells; a request alone in the engine is always
+admitted. If the unified KV cache still runs out, the longest running choice ends with
+`length`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import llama_cpp as lc
+
+from edgeserve.engine.batch import TokenBatch
+from edgeserve.engine.chat_template import ChatTemplate, resolve_template
+from edgeserve.engine.model import LoadedModel
+from edgeserve.engine.sampling import build_sampler, free_sampler
+from edgeserve.engine.sequence import Choice, Job, Sink
+from edgeserve.engine.types import (
+    ChatPrompt,
+    EngineConfig,
+    EngineStats,
+    Finished,
+    GenerationRequest,
+    PromptInfo,
+    TextDelta,
+)
+from edgeserve.errors import (
+    EngineError,
+    EngineOverloaded,
+    EngineStopped,
+    PromptTooLong,
+    RequestTooLarge,
+)
+
+log = logging.getLogger("edgeserve.engine")
+
+
+class Engine:
+    """Owns the engine thread. `submit` and `cancel` are safe to call from any thread."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.model: LoadedModel | None = None
+        self.load_error: BaseException | None = None
+        self._template: ChatTemplate | None = None
+        self._cond = threading.Condition()
+        self._inbox: deque[Job] = deque()
+        self._cancels: deque[Job] = deque()
+        self._pending = 0
+        self._accepting = True
+        self._running = True
+        self._loaded = threading.Event()
+        self._waiting: deque[Job] = deque()
+        self._active: list[Job] = []
+        self._free_seqs: list[int] = list(range(config.parallel - 1, -1, -1))
+        self._reserved = 0
+        self._next_id = 0
+        self._outbox: dict[Any, list[tuple[Callable[[Any], None], Any]]] = {}
+        self._thread = threading.Thread(target=self._run, name="edgeserve-engine", daemon=True)
+
+    # ---- control (any thread) -------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the engine thread; the model loads there (see `wait_loaded`)."""
+        self._thread.start()
+
+    def wait_loaded(self, timeout: float | None = None) -> bool:
+        """Block until the model loaded or failed; True when it is ready."""
+        self._loaded.wait(timeout)
+        return self.model is not None and self.load_error is None
+
+    @property
+    def can_generate(self) -> bool:
+        """False for rank-pooling (classifier / reranker) models; True until a model is loaded."""
+        return self.model is None or not self.model.is_classifier
+
+    @property
+    def loaded(self) -> bool:
+        """True once the model is ready to serve."""
+        return self._loaded.is_set() and self.load_error is None
+
+    def submit(self, request: GenerationRequest, sink: Sink) -> Job:
+        """Queue a request; events go to `sink`. Raises EngineOverloaded / EngineStopped."""
+        with self._cond:
+            if not self._accepting or not self._running:
+                raise EngineStopped("the engine is not accepting requests")
+            if self._pending >= self.config.max_queue:
+                raise EngineOverloaded(f"{self._pending} requests are waiting")
+            if request.n > self.config.parallel:
+                raise RequestTooLarge("n", request.n, self.config.parallel)
+            self._next_id += 1
+            job = Job(rid=self._next_id, request=request, sink=sink)
+            self._pending += 1
+            self._inbox.append(job)
+            self._cond.notify()
+        return job
+
+    def cancel(self, job: Job) -> None:
+        """Abort a request: its sequences are freed at the start of the next step."""
+        with self._cond:
+            self._cancels.append(job)
+            self._cond.notify()
+
+    def stop_accepting(self) -> None:
+        """Refuse new requests; admitted ones run to completion."""
+        with self._cond:
+            self._accepting = False
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop the thread (failing whatever is left) and free the model."""
+        with self._cond:
+            self._accepting = False
+            self._running = False
+            self._cond.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def stats(self) -> EngineStats:
+        """A snapshot for /health and /metrics (reads plain ints; no locking needed)."""
+        model = self.model
+        busy = self.config.parallel - len(self._free_seqs)
+        return EngineStats(
+            loaded=self.loaded,
+            n_ctx=model.n_ctx if model else self.config.n_ctx,
+            parallel=self.config.parallel,
+            busy_slots=busy,
+            queue_length=self._pending,
+            gpu_offload=model.gpu_offload if model else False,
+            n_gpu_layers=model.n_gpu_layers if model else 0,
+            kv_cells_used=sum(c.n_past for j in list(self._active) for c in j.choices),
+            draining=not self._accepting,
+        )
+
+    # ---- the thread -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self.model = LoadedModel(self.config)
+            source = resolve_template(
+                self.config.chat_template, self.model.chat_template, self.model.architecture
+            )
+            self._template = ChatTemplate(
+                source,
+                bos_token=self.model.token_text(self.model.bos),
+                eos_token=self.model.token_text(lc.llama_vocab_eos(self.model.vocab)),
+            )
+        except Exception as exc:  # reported by the CLI as one line
+            self.load_error = exc
+            if self.model is not None:
+                self.model.close()
+                self.model = None
+            self._loaded.set()
+            return
+        self._loaded.set()
+        batch = TokenBatch(self.config.n_batch)
+        try:
+            while self._step(batch):
+                pass
+        except Exception:
+            log.exception("engine thread crashed")
+            self._fail_all(EngineError("the engine stopped after an internal error"))
+        finally:
+            self._fail_all(EngineStopped("the server is shutting down"))
+            batch.free()
+            self.model.close()
+
+    def _step(self, batch: TokenBatch) -> bool:
+        """One scheduling step; returns False when the thread should exit."""
+        with self._cond:
+            while (
+                self._running
+                and not self._inbox
+                and not self._cancels
+                and not self._active
+                and not (self._waiting and self._can_admit(self._waiting[0]))
+            ):
+                self._cond.wait()
+            if not self._running:
+                return False
+            inbox, self._inbox = self._inbox, deque()
+            cancels, self._cancels = self._cancels, deque()
+        for job in inbox:
+            self._accept(job)
+        for job in cancels:
+            self._abort(job)
+        self._admit()
+        if self._active:
+            self._decode_once(batch)
+        self._flush()
+        return True
+
+    def _accept(self, job: Job) -> None:
+        """Tokenize a new request and check that it can ever fit; then it waits for a slot."""
+        model = self.model
+        assert model is not None and self._template is not None
+        try:
+            job.tokens = self._tokenize(job.request.prompt)
+        except EngineError as exc:
+            self._reject(job, exc)
+            return
+        n_prompt = len(job.tokens)
+        if n_prompt >= model.n_ctx:
+            self._reject(job, PromptTooLong(n_prompt, model.n_ctx))
+            return
+        room = model.n_ctx - n_prompt
+        wanted = job.request.params.max_tokens
+        job.max_new = min(wanted, room) if wanted is not None else room
+        share = max(1, model.n_ctx // self.config.parallel)
+        job.reserve = min(model.n_ctx, n_prompt + job.request.n * min(job.max_new, share))
+        self._emit(job, PromptInfo(prompt_tokens=n_prompt))
+        self._waiting.append(job)
+
+    def _tokenize(self, prompt: ChatPrompt | str) -> list[int]:
+        model = self.model
+        assert model is not None and self._template is not None
+        if isinstance(prompt, str):
+            return model.tokenize(prompt, add_special=True, parse_special=False)
+        text = self._template.render(prompt)
+        tokens = model.tokenize(text, add_special=False, parse_special=True)
+        if model.add_bos and (not tokens or tokens[0] != model.bos):
+            tokens.insert(0, model.bos)
+        return tokens
+
+    def _reject(self, job: Job, exc: EngineError) -> None:
+        self._pending -= 1
+        self._emit(job, exc)
+
+    def _can_admit(self, job: Job) -> bool:
+        if len(self._free_seqs) < job.request.n:
+            return False
+        return not self._active or self._reserved + job.reserve <= self.config.n_ctx
+
+    def _admit(self) -> None:
+        model = self.model
+        assert model is not None
+        while self._waiting and self._can_admit(self._waiting[0]):
+            job = self._waiting.popleft()
+            self._pending -= 1
+            params = job.request.params
+            for i in range(job.request.n):
+                sampler = build_sampler(params, model.n_vocab, seed_offset=i)
+                job.choices.append(
+                    Choice(
+                        index=i, seq_id=self._free_seqs.pop(), sampler=sampler, stops=params.stop
+                    )
+                )
+            self._reserved += job.reserve
+            self._active.append(job)
+
+    def _abort(self, job: Job) -> None:
+        if job.cancelled:
+            return
+        job.cancelled = True
+        if job in self._waiting:
+            self._waiting.remove(job)
+            self._pending -= 1
+        elif job in self._active:
+            for choice in job.choices:
+                if not choice.done:
+                    self._finish(job, choice, "abort")
+
+    def _decode_once(self, batch: TokenBatch) -> None:
+        """Build one batch from every active job, decode it, sample every output row."""
+        model = self.model
+        assert model is not None
+        batch.clear()
+        stepping: list[tuple[int, Job, Choice]] = []
+        for job in self._active:
+            if job.prefilling:
+                continue
+            for choice in job.choices:
+                if not choice.done:
+                    idx = batch.add(choice.last_token, choice.n_past, choice.seq_id, True)
+                    stepping.append((idx, job, choice))
+        prefills: list[tuple[Job, int, int | None]] = []
+        for job in self._active:
+            if not job.prefilling or batch.room == 0:
+                continue
+            take = min(batch.room, len(job.tokens) - job.prefilled)
+            last = job.prefilled + take == len(job.tokens)
+            start = batch.add_span(
+                job.tokens[job.prefilled : job.prefilled + take],
+                job.prefilled,
+                job.choices[0].seq_id,
+                (take - 1,) if last else (),
+            )
+            prefills.append((job, take, start + take - 1 if last else None))
+        if batch.n == 0:
+            return
+        rc = batch.decode(model.ctx)
+        if rc == 1:
+            self._evict_longest()
+            return
+        if rc != 0:
+            raise RuntimeError(f"llama_decode failed with status {rc}")
+        for idx, job, choice in stepping:
+            choice.n_past += 1
+            if not job.cancelled:
+                self._on_token(job, choice, lc.llama_sampler_sample(choice.sampler, model.ctx, idx))
+        for job, take, idx in prefills:
+            job.prefilled += take
+            lead = job.choices[0]
+            lead.n_past = job.prefilled
+            if idx is None or job.cancelled:
+                continue
+            for choice in job.choices[1:]:
+                lc.llama_memory_seq_cp(model.memory, lead.seq_id, choice.seq_id, -1, -1)
+                choice.n_past = lead.n_past
+            for choice in job.choices:
+                self._on_token(job, choice, lc.llama_sampler_sample(choice.sampler, model.ctx, idx))
+        self._active = [j for j in self._active if not j.finished]
+
+    def _evict_longest(self) -> None:
+        """The KV cache is full (nothing was stored): end the choice that holds the most cells."""
+        running = [(c.n_past, j, c) for j in self._active for c in j.choices if not c.done]
+        if not running:
+            return
+        _, job, choice = max(running, key=lambda t: t[0])
+        log.warning("KV cache full: ending request %d choice %d early", job.rid, choice.index)
+        self._emit_text(job, choice, self._drain_text(choice))
+        self._finish(job, choice, "length")
+        self._active = [j for j in self._active if not j.finished]
+
+    def _on_token(self, job: Job, choice: Choice, token: int) -> None:
+        """Account for a sampled token: end of generation, stop string, limits, or go on."""
+        model = self.model
+        assert model is not None
+        choice.n_gen += 1
+        if model.is_eog(token):
+            self._emit_text(job, choice, self._drain_text(choice))
+            self._finish(job, choice, "stop")
+            return
+        text, hit = choice.stopper.push(choice.assembler.feed(model.piece(token)))
+        self._emit_text(job, choice, text)
+        if hit:
+            self._finish(job, choice, "stop")
+        elif choice.n_gen >= job.max_new or choice.n_past >= model.n_ctx:
+            self._emit_text(job, choice, self._drain_text(choice))
+            self._finish(job, choice, "length")
+        else:
+            choice.last_token = token
+
+    @staticmethod
+    def _drain_text(choice: Choice) -> str:
+        """Text still held back (an unfinished character, a partial stop string) at the end."""
+        return choice.stopper.push(choice.assembler.flush())[0] + choice.stopper.flush()
+
+    def _emit_text(self, job: Job, choice: Choice, text: str) -> None:
+        if text:
+            self._emit(job, TextDelta(choice.index, text))
+
+    def _finish(self, job: Job, choice: Choice, reason: str) -> None:
+        model = self.model
+        assert model is not None
+        choice.done = True
+        free_sampler(choice.sampler)
+        lc.llama_memory_seq_rm(model.memory, choice.seq_id, -1, -1)
+        self._free_seqs.append(choice.seq_id)
+        if reason != "abort":
+            self._emit(job, Finished(choice.index, reason, choice.n_gen))
+        if job.finished:
+            self._reserved -= job.reserve
+
+    def _fail_all(self, exc: EngineError) -> None:
+        with self._cond:
+            self._running = False
+            leftovers = list(self._inbox) + list(self._waiting)
+            self._inbox.clear()
+        self._waiting.clear()
+        for job in leftovers:
+            self._emit(job, exc)
+        for job in self._active:
+            for choice in job.choices:
+                if not choice.done:
+                    self._finish(job, choice, "abort")
+            self._emit(job, exc)
+        self._active = []
+        self._pending = 0
+        self._flush()
+
+    # ---- delivery -------------------------------------------------------------------------
+
+    def _emit(self, job: Job, event: object) -> None:
+        self._outbox.setdefault(job.sink.loop, []).append((job.sink.put, event))
+
+    def _flush(self) -> None:
+        outbox, self._outbox = self._outbox, {}
+        for loop, items in outbox.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, items)
+            except RuntimeError:
+                log.debug("dropping %d events for a closed event loop", len(items))
+
+
+def _deliver(items: list[tuple[Callable[[Any], None], Any]]) -> None:
+    for put, event in items:
+        put(event)

@@ -1,0 +1,114 @@
+"""Plain data passed into and out of the engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+FinishReason = Literal["stop", "length", "abort"]
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How the model and context are loaded and scheduled."""
+
+    model_path: str
+    n_ctx: int = 4096
+    parallel: int = 4
+    n_threads: int | None = None
+    n_gpu_layers: int = -1
+    n_batch: int = 512
+    max_queue: int = 64
+    chat_template: str | None = None
+    flash_attn: bool = False
+    use_mmap: bool = True
+    use_mlock: bool = False
+
+
+@dataclass(frozen=True)
+class ChatTurn:
+    """One message as the chat template sees it."""
+
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-sequence sampling; `temperature <= 0` or `do_sample=False` means greedy."""
+
+    max_tokens: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    seed: int | None = None
+    repeat_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    stop: tuple[str, ...] = ()
+    do_sample: bool = True
+
+    @property
+    def greedy(self) -> bool:
+        """True when sampling reduces to arg-max."""
+        return not self.do_sample or self.temperature <= 0.0
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    """A conversation to render with the model's chat template."""
+
+    messages: tuple[ChatTurn, ...]
+    system: str | None = None
+    tools: str | None = None
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """Work for the engine: a prompt (chat or raw text) and how to sample `n` answers."""
+
+    prompt: ChatPrompt | str
+    params: SamplingParams
+    n: int = 1
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """New text for choice `index` (always whole UTF-8 characters)."""
+
+    index: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    """Choice `index` ended."""
+
+    index: int
+    reason: FinishReason
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
+class PromptInfo:
+    """Sent once, first, after the prompt was admitted."""
+
+    prompt_tokens: int
+    cached_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """A snapshot for /health and metrics."""
+
+    loaded: bool
+    n_ctx: int
+    parallel: int
+    busy_slots: int
+    queue_length: int
+    gpu_offload: bool
+    n_gpu_layers: int
+    kv_cells_used: int = 0
+    draining: bool = False

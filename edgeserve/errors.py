@@ -1,0 +1,64 @@
+"""Errors that cross layer boundaries.
+
+    ApiError(status, detail, headers)      a client-visible HTTP error: {"detail": ...}
+      (built only by edgeserve.validation, the one module that decides a 4xx)
+
+    EngineError                            the engine's base class (never a client's fault)
+      ├── EngineOverloaded                 the admission queue is full
+      ├── EngineStopped                    the engine is draining or stopped
+      ├── PromptTooLong(n_prompt, n_ctx)   a prompt that cannot fit in the context
+      ├── RequestTooLarge(what, got, limit) a request over a configured engine limit
+      └── InvalidPrompt(message)           the chat template refused the conversation
+
+No module here imports aiohttp, so every layer may use these.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ApiError(Exception):
+    """A client-visible error: HTTP status plus the `detail` value of the JSON body."""
+
+    def __init__(self, status: int, detail: Any, headers: dict[str, str] | None = None) -> None:
+        super().__init__(f"{status}: {detail}")
+        self.status = status
+        self.detail = detail
+        self.headers = headers or {}
+
+
+class EngineError(Exception):
+    """Base class for errors raised by the engine."""
+
+
+class EngineOverloaded(EngineError):
+    """The engine's admission queue is full."""
+
+
+class EngineStopped(EngineError):
+    """The engine is shutting down and admits no new work."""
+
+
+class PromptTooLong(EngineError):
+    """A prompt (plus what it must generate) does not fit in the context window."""
+
+    def __init__(self, n_prompt: int, n_ctx: int, index: int | None = None) -> None:
+        super().__init__(f"prompt of {n_prompt} tokens does not fit a context of {n_ctx}")
+        self.n_prompt = n_prompt
+        self.n_ctx = n_ctx
+        self.index = index
+
+
+class RequestTooLarge(EngineError):
+    """A request exceeds a configured engine limit (texts per request, tokens per request)."""
+
+    def __init__(self, what: str, got: int, limit: int) -> None:
+        super().__init__(f"{what}: {got} exceeds the limit of {limit}")
+        self.what = what
+        self.got = got
+        self.limit = limit
+
+
+class InvalidPrompt(EngineError):
+    """The conversation cannot be turned into a prompt (the chat template refused it)."""

@@ -1,0 +1,53 @@
+"""The aiohttp application factory."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from aiohttp import web
+
+from edgeserve.config import Settings
+from edgeserve.engine.client import EngineClient
+from edgeserve.http import middlewares
+from edgeserve.http.handlers.chat import chat_completions
+from edgeserve.http.handlers.health import health
+from edgeserve.http.handlers.models import list_models
+from edgeserve.http.keys import ENGINE, KNOWN_PATHS, LIMITS, SETTINGS
+from edgeserve.validation import Limits
+
+ROUTES = (
+    ("GET", "/v1/models", list_models),
+    ("POST", "/v1/chat/completions", chat_completions),
+    ("GET", "/health", health),
+)
+
+
+def create_app(
+    settings: Settings, engine: EngineClient, limits: Limits | None = None
+) -> web.Application:
+    """Build the app around an engine that the caller owns (starts and closes).
+
+    Routes answer with and without `settings.root_path`, as the reference's root_path does.
+    """
+    app = web.Application(
+        client_max_size=settings.max_body_bytes,
+        middlewares=[middlewares.request_context, middlewares.cors, middlewares.api_errors],
+    )
+    app[SETTINGS] = settings
+    app[ENGINE] = engine
+    app[LIMITS] = limits or replace(
+        Limits.from_env(os.environ), max_n=settings.max_n, max_tokens=settings.max_tokens_cap
+    )
+    prefixes = [""] + ([settings.root_path] if settings.root_path else [])
+    paths = set()
+    for prefix in prefixes:
+        for method, path, handler in ROUTES:
+            full = prefix + path
+            if method == "GET":
+                app.router.add_get(full, handler, allow_head=False)
+            else:
+                app.router.add_route(method, full, handler)
+            paths.add(full)
+    app[KNOWN_PATHS] = frozenset(paths)
+    return app

@@ -1,0 +1,1 @@
+"""One module per endpoint: bytes → validation → engine → responses."""

@@ -1,0 +1,143 @@
+"""Middlewares, outermost first: request context (id, access log, last-resort 500) → CORS →
+API errors (ApiError and aiohttp's own 404/405/413 reshaped into `{"detail": …}`)."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from edgeserve import responses, validation
+from edgeserve.errors import ApiError
+from edgeserve.http.keys import KNOWN_PATHS, RECORD, SETTINGS, RequestRecord
+
+access_log = logging.getLogger("edgeserve.access")
+http_log = logging.getLogger("edgeserve.http")
+
+CORS_METHODS = "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT"
+
+
+def error_response(err: ApiError) -> web.Response:
+    """The JSON response for an ApiError (compact `{"detail": …}`)."""
+    return web.Response(
+        status=err.status,
+        body=responses.error_body(err.detail),
+        content_type="application/json",
+        headers=err.headers,
+    )
+
+
+@web.middleware
+async def request_context(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Assign the request id, log one access line, and turn any escaped exception into 500."""
+    request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+    record = RequestRecord(request_id=request_id)
+    request[RECORD] = record
+    started = time.perf_counter()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+    except Exception:
+        http_log.exception(
+            "unhandled error in %s %s [%s]", request.method, request.path, request_id
+        )
+        response = web.Response(
+            status=500, text="Internal Server Error", content_type="text/plain", charset="utf-8"
+        )
+    finally:
+        _log_access(request, record, status, time.perf_counter() - started)
+    if not response.prepared:
+        response.headers["X-Request-Id"] = request_id
+    return response
+
+
+def _log_access(request: web.Request, record: RequestRecord, status: int, elapsed: float) -> None:
+    extra: dict[str, object] = {
+        "request_id": record.request_id,
+        "method": request.method,
+        "path": request.path,
+        "status": status,
+        "duration_ms": round(elapsed * 1000, 1),
+    }
+    text = f"{request.method} {request.path} {status} {elapsed * 1000:.0f}ms"
+    if record.prompt_tokens is not None:
+        extra["prompt_tokens"] = record.prompt_tokens
+        extra["completion_tokens"] = record.completion_tokens
+        text += f" in={record.prompt_tokens} out={record.completion_tokens}"
+    if record.ttft_s is not None:
+        extra["ttft_ms"] = round(record.ttft_s * 1000, 1)
+        text += f" ttft={record.ttft_s * 1000:.0f}ms"
+    if record.gen_s and record.completion_tokens:
+        rate = record.completion_tokens / record.gen_s
+        extra["tokens_per_s"] = round(rate, 1)
+        text += f" {rate:.1f}tok/s"
+    access_log.info("%s [%s]", text, record.request_id, extra=extra)
+
+
+@web.middleware
+async def cors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """CORS like the reference (any origin echoed, credentials allowed), origins configurable."""
+    origins = request.app[SETTINGS].cors_origins
+    origin = request.headers.get("Origin")
+    allowed = origin is not None and ("*" in origins or origin in origins)
+    if (
+        request.method == "OPTIONS"
+        and origin is not None
+        and "Access-Control-Request-Method" in request.headers
+    ):
+        if not allowed:
+            return web.Response(status=400, text="Disallowed CORS origin")
+        headers = {
+            "Access-Control-Allow-Origin": origin,
+            "Access-Control-Allow-Credentials": "true",
+            "Access-Control-Allow-Methods": CORS_METHODS,
+            "Access-Control-Max-Age": "600",
+            "Vary": "Origin",
+        }
+        requested = request.headers.get("Access-Control-Request-Headers")
+        if requested:
+            headers["Access-Control-Allow-Headers"] = requested
+        return web.Response(status=200, text="OK", headers=headers)
+    response = await handler(request)
+    if not response.prepared:
+        _add_cors_headers(response, origin if allowed else None)
+    return response
+
+
+def _add_cors_headers(response: web.StreamResponse, origin: str | None) -> None:
+    """Vary: Origin always (as the reference's Starlette does); the allow headers for `origin`."""
+    response.headers["Vary"] = "Origin"
+    if origin is not None:
+        response.headers["Access-Control-Allow-Origin"] = origin
+        response.headers["Access-Control-Allow-Credentials"] = "true"
+
+
+def prepare_stream_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """CORS headers for a streamed response, which must be set before `prepare()`."""
+    origins = request.app[SETTINGS].cors_origins
+    origin = request.headers.get("Origin")
+    allowed = origin is not None and ("*" in origins or origin in origins)
+    _add_cors_headers(response, origin if allowed else None)
+
+
+@web.middleware
+async def api_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every client error leaves as `{"detail": …}` with the reference's status."""
+    try:
+        return await handler(request)
+    except ApiError as err:
+        return error_response(err)
+    except web.HTTPNotFound:
+        path = request.path
+        if len(path) > 1 and path.endswith("/") and path.rstrip("/") in request.app[KNOWN_PATHS]:
+            location = str(request.url.with_path(path.rstrip("/")))
+            return web.Response(status=307, headers={"Location": location})
+        return error_response(validation.not_found())
+    except web.HTTPMethodNotAllowed as exc:
+        return error_response(validation.method_not_allowed(sorted(exc.allowed_methods)))
+    except web.HTTPRequestEntityTooLarge:
+        return error_response(validation.body_too_large(request.app[SETTINGS].max_body_bytes))

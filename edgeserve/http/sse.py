@@ -1,0 +1,82 @@
+"""Server-sent events on aiohttp's StreamResponse: headers, one write per event, pings."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import UTC, datetime
+from types import TracebackType
+
+from aiohttp import web
+
+from edgeserve import responses
+from edgeserve.http.middlewares import prepare_stream_headers
+
+log = logging.getLogger("edgeserve.http")
+
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream; charset=utf-8",
+    "Cache-Control": "no-store",
+    "Connection": "keep-alive",
+    "X-Accel-Buffering": "no",
+}
+
+
+class EventStream:
+    """An open SSE response. Writes are serialised so pings never split an event.
+
+    A client that went away makes `send` return False instead of raising; the caller then
+    stops producing (and the engine request is aborted by its context manager).
+    """
+
+    def __init__(self, request: web.Request, ping_interval: float) -> None:
+        self._request = request
+        self._response = web.StreamResponse(status=200, headers=SSE_HEADERS)
+        self._interval = ping_interval
+        self._lock = asyncio.Lock()
+        self._pinger: asyncio.Task[None] | None = None
+        self.open = True
+
+    async def __aenter__(self) -> EventStream:
+        prepare_stream_headers(self._request, self._response)
+        await self._response.prepare(self._request)
+        if self._interval > 0:
+            self._pinger = asyncio.create_task(self._ping_forever())
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._pinger is not None:
+            self._pinger.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pinger
+        if self.open and exc_type is None:
+            with contextlib.suppress(ConnectionResetError):
+                await self._response.write_eof()
+
+    @property
+    def response(self) -> web.StreamResponse:
+        """The prepared response, to return from the handler."""
+        return self._response
+
+    async def send(self, data: bytes) -> bool:
+        """Write one event; False when the client has gone away."""
+        if not self.open:
+            return False
+        async with self._lock:
+            try:
+                await self._response.write(data)
+            except ConnectionResetError:
+                log.debug("client went away mid-stream")
+                self.open = False
+        return self.open
+
+    async def _ping_forever(self) -> None:
+        while self.open:
+            await asyncio.sleep(self._interval)
+            await self.send(responses.ping_comment(datetime.now(UTC)))

@@ -1,0 +1,178 @@
+"""Chat completion wire types: LlamaFactory's schema, then the OpenAI extensions.
+
+Field order is part of the contract: pydantic reports 422 errors in declaration order, so the
+reference fields come first, exactly as the reference declares them, and every extension field
+comes after them. The union members' type names (`str`, `list[MultimodalInputItem]`, `list[str]`)
+appear in 422 `loc`s, so the class names below must not change.
+"""
+
+from __future__ import annotations
+
+import time
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import Field
+
+from edgeserve.protocol.common import ProtocolModel, Usage
+
+
+class Role(StrEnum):
+    """Message roles; the member order gives the reference's 422 enum message."""
+
+    USER = "user"
+    ASSISTANT = "assistant"
+    SYSTEM = "system"
+    FUNCTION = "function"
+    TOOL = "tool"
+
+
+class Finish(StrEnum):
+    """Why a choice ended."""
+
+    STOP = "stop"
+    LENGTH = "length"
+    TOOL = "tool_calls"
+
+
+class Function(ProtocolModel):
+    """A function call the assistant made; `arguments` is a JSON string."""
+
+    name: str
+    arguments: str
+
+
+class FunctionDefinition(ProtocolModel):
+    """A callable tool; all three fields are required (stricter than OpenAI, as the reference)."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class FunctionAvailable(ProtocolModel):
+    """One entry of `tools`."""
+
+    type: Literal["function", "code_interpreter"] = "function"
+    function: FunctionDefinition | None = None
+
+
+class FunctionCall(ProtocolModel):
+    """One entry of an assistant message's `tool_calls`."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: Function
+
+
+class URL(ProtocolModel):
+    """A media reference: http(s) URL, data URI or local path."""
+
+    url: str
+    detail: Literal["auto", "low", "high"] = "auto"
+
+
+class MultimodalInputItem(ProtocolModel):
+    """One part of a list-typed message content."""
+
+    type: Literal["text", "image_url", "video_url", "audio_url"]
+    text: str | None = None
+    image_url: URL | None = None
+    video_url: URL | None = None
+    audio_url: URL | None = None
+
+
+class ChatMessage(ProtocolModel):
+    """One request message."""
+
+    role: Role
+    content: str | list[MultimodalInputItem] | None = None
+    tool_calls: list[FunctionCall] | None = None
+
+
+class StreamOptions(ProtocolModel):
+    """OpenAI `stream_options`."""
+
+    include_usage: bool = False
+
+
+class ResponseFormat(ProtocolModel):
+    """OpenAI `response_format`; `json_schema` carries the schema object for type json_schema."""
+
+    type: Literal["text", "json_object", "json_schema"] = "text"
+    json_schema: dict[str, Any] | None = None
+
+
+class ChatCompletionRequest(ProtocolModel):
+    """POST /v1/chat/completions body."""
+
+    model: str
+    messages: list[ChatMessage]
+    tools: list[FunctionAvailable] | None = None
+    do_sample: bool | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    n: int = 1
+    presence_penalty: float | None = None
+    max_tokens: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool = False
+    seed: int | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    max_completion_tokens: int | None = None
+    stream_options: StreamOptions | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    response_format: ResponseFormat | None = None
+    tool_choice: Any | None = None
+    user: str | None = None
+
+
+class ChatCompletionMessage(ProtocolModel):
+    """A response message, or a stream delta (then only the fields that were set are sent)."""
+
+    role: Role | None = None
+    content: str | None = None
+    tool_calls: list[FunctionCall] | None = None
+
+
+class ChatCompletionResponseChoice(ProtocolModel):
+    """One non-stream choice."""
+
+    index: int
+    message: ChatCompletionMessage
+    finish_reason: Finish
+
+
+class ChatCompletionStreamResponseChoice(ProtocolModel):
+    """One stream choice."""
+
+    index: int
+    delta: ChatCompletionMessage
+    finish_reason: Finish | None = None
+
+
+class ChatCompletionResponse(ProtocolModel):
+    """Non-stream response body."""
+
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[ChatCompletionResponseChoice]
+    usage: Usage
+
+
+class ChatCompletionStreamResponse(ProtocolModel):
+    """One SSE chunk; `usage` is set only on the include_usage chunk."""
+
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[ChatCompletionStreamResponseChoice]
+    usage: Usage | None = None

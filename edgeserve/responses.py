@@ -1,0 +1,192 @@
+"""Pure builders from engine results to wire bytes.
+
+Two JSON dialects, both the reference's: response bodies are compact pydantic-core JSON (raw
+UTF-8, every field present, nulls included, declaration order), SSE chunks are Python
+`json.dumps` with its default `", "`/`": "` separators and only the fields that were set.
+Divergence 4: stream chunks also carry `object` and `created`, and the final chunk's
+finish_reason is the true one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from datetime import datetime
+from typing import Any
+
+from edgeserve.protocol import (
+    ChatCompletionMessage,
+    ChatCompletionResponse,
+    ChatCompletionResponseChoice,
+    ChatCompletionStreamResponse,
+    ChatCompletionStreamResponseChoice,
+    Finish,
+    ModelCard,
+    ModelList,
+    PromptTokensDetails,
+    Role,
+    ScoreEvaluationResponse,
+    Usage,
+)
+
+
+def new_completion_id() -> str:
+    """`chatcmpl-` + 32 lowercase hex digits."""
+    return f"chatcmpl-{uuid.uuid4().hex}"
+
+
+def new_score_id() -> str:
+    """`scoreval-` + 32 lowercase hex digits."""
+    return f"scoreval-{uuid.uuid4().hex}"
+
+
+def wire_finish_reason(engine_reason: str) -> Finish:
+    """The engine's "stop" stays "stop"; anything else (length, abort) is "length"."""
+    return Finish.STOP if engine_reason == "stop" else Finish.LENGTH
+
+
+def build_usage(
+    prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None
+) -> Usage:
+    """Token usage; prompt_tokens_details only when the cached count is known."""
+    details = None if cached_tokens is None else PromptTokensDetails(cached_tokens=cached_tokens)
+    return Usage(
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        total_tokens=prompt_tokens + completion_tokens,
+        prompt_tokens_details=details,
+    )
+
+
+def chat_completion_body(
+    id: str,
+    model: str,
+    choices: list[tuple[str, str]],
+    prompt_tokens: int,
+    completion_tokens: int,
+    cached_tokens: int | None,
+    *,
+    created: int | None = None,
+) -> bytes:
+    """The non-stream response: `choices` are (text, engine finish reason) in index order.
+
+    `created` defaults to now.
+    """
+    response = ChatCompletionResponse(
+        id=id,
+        created=int(time.time()) if created is None else created,
+        model=model,
+        choices=[
+            ChatCompletionResponseChoice(
+                index=index,
+                message=ChatCompletionMessage(role=Role.ASSISTANT, content=text),
+                finish_reason=wire_finish_reason(reason),
+            )
+            for index, (text, reason) in enumerate(choices)
+        ],
+        usage=build_usage(prompt_tokens, completion_tokens, cached_tokens),
+    )
+    return response.model_dump_json().encode()
+
+
+def sse_event(payload: dict[str, Any] | str) -> bytes:
+    """One SSE data event; a str payload (such as "[DONE]") is sent verbatim."""
+    data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+    return f"data: {data}\n\n".encode()
+
+
+def _chunk(
+    id: str,
+    model: str,
+    created: int,
+    choices: list[ChatCompletionStreamResponseChoice],
+    usage: Usage | None = None,
+) -> bytes:
+    chunk = ChatCompletionStreamResponse(
+        id=id,
+        object="chat.completion.chunk",
+        created=created,
+        model=model,
+        choices=choices,
+        usage=usage,
+    )
+    exclude = None if usage is not None else {"usage"}
+    return sse_event(chunk.model_dump(mode="json", exclude_unset=True, exclude=exclude))
+
+
+def role_chunk(id: str, model: str, created: int, index: int = 0) -> bytes:
+    """The first event: role assistant with empty content."""
+    delta = ChatCompletionMessage(role=Role.ASSISTANT, content="")
+    choice = ChatCompletionStreamResponseChoice(index=index, delta=delta, finish_reason=None)
+    return _chunk(id, model, created, [choice])
+
+
+def content_chunk(id: str, model: str, created: int, text: str, index: int = 0) -> bytes:
+    """One text delta (callers skip empty text, as the reference does)."""
+    delta = ChatCompletionMessage(content=text)
+    choice = ChatCompletionStreamResponseChoice(index=index, delta=delta, finish_reason=None)
+    return _chunk(id, model, created, [choice])
+
+
+def finish_chunk(id: str, model: str, created: int, finish_reason: str, index: int = 0) -> bytes:
+    """The last event of a choice: empty delta and the true finish reason (stop or length)."""
+    choice = ChatCompletionStreamResponseChoice(
+        index=index,
+        delta=ChatCompletionMessage(),
+        finish_reason=wire_finish_reason(finish_reason),
+    )
+    return _chunk(id, model, created, [choice])
+
+
+def usage_chunk(
+    id: str,
+    model: str,
+    created: int,
+    prompt_tokens: int,
+    completion_tokens: int,
+    cached_tokens: int | None = None,
+) -> bytes:
+    """The stream_options.include_usage event: no choices, just usage."""
+    return _chunk(
+        id, model, created, [], build_usage(prompt_tokens, completion_tokens, cached_tokens)
+    )
+
+
+def ping_comment(now: datetime) -> bytes:
+    """A keep-alive comment as sse-starlette >= 2.1 writes it."""
+    return f": ping - {now}\n\n".encode()
+
+
+def score_body(
+    id: str, model: str, scores: list[float], token_logprobs: list[list[float]] | None
+) -> bytes:
+    """The score response (no `created`); NaN is written as null, `token_logprobs` only when
+    it was requested."""
+    response = ScoreEvaluationResponse(
+        id=id, model=model, scores=scores, token_logprobs=token_logprobs
+    )
+    exclude = None if token_logprobs is not None else {"token_logprobs"}
+    return response.model_dump_json(exclude=exclude).encode()
+
+
+def models_body(model_id: str, created: int) -> bytes:
+    """GET /v1/models: one model card."""
+    return ModelList(data=[ModelCard(id=model_id, created=created)]).model_dump_json().encode()
+
+
+def error_body(detail: Any) -> bytes:
+    """`{"detail": ...}` as compact JSON with raw UTF-8 (unpaired surrogates are escaped)."""
+    content = {"detail": detail}
+    text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return json.dumps(content, allow_nan=False, separators=(",", ":")).encode()
+
+
+def stream_error_event(status: int, detail: Any) -> bytes:
+    """An error after the stream started: one event in the OpenAI error shape (the SDK raises
+    APIError on it), carrying the same detail text as a JSON error would."""
+    message = detail if isinstance(detail, str) else json.dumps(detail, ensure_ascii=False)
+    return sse_event({"error": {"message": message, "type": "server_error", "code": status}})

@@ -1,0 +1,737 @@
+"""Every client-facing 4xx is decided here, and only here.
+
+The HTTP handlers call, in the reference's order (reference-api.md section 2):
+
+    decode_json_body      body bytes → JSON value     422 json_invalid, 400 unparsable body
+    check_api_key         Authorization header        401
+    parse_*_request       JSON value → wire model     422 (FastAPI's item shape)
+    check_can_generate    / check_can_score           405 "Not allowed"
+    prepare_chat          wire model → engine request 400/403 (reference strings, then our own)
+    prepare_score         wire model → ScoreJob       400
+
+plus engine_error (engine exceptions → 503/400), body_too_large (413), not_found (404) and
+method_not_allowed (405). Reference details are byte-exact; edgeserve's own messages (for inputs
+that crash the reference with a 500, for limits and for a text-only model) say what to change.
+All strings live in `Detail`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import email.message
+import hmac
+import ipaddress
+import json
+import math
+import os
+import re
+import socket
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, TypeVar
+from urllib.parse import urlparse
+
+from pydantic import BaseModel, ValidationError
+
+from edgeserve import errors
+from edgeserve.engine.types import ChatPrompt, ChatTurn, GenerationRequest, SamplingParams
+from edgeserve.protocol import (
+    ChatCompletionRequest,
+    ChatMessage,
+    FunctionAvailable,
+    MultimodalInputItem,
+    Role,
+    ScoreEvaluationRequest,
+)
+
+
+class Detail:
+    """Every `detail` string this module produces.
+
+    The first block is the reference's, byte-exact; the second is edgeserve's own (str.format
+    templates for the 400s that replace the reference's 500s, and for limits).
+    """
+
+    INVALID_API_KEY = "Invalid API key."
+    NOT_ALLOWED = "Not allowed"
+    INVALID_LENGTH = "Invalid length"
+    ONLY_UAUAU = "Only supports u/a/u/a/u..."
+    INVALID_ROLE = "Invalid role"
+    INVALID_REQUEST = "Invalid request"
+    LOCAL_FILES_DISABLED = "Local file access is disabled."
+    INVALID_FILE_PATH = "Invalid or inaccessible file path."
+    URL_SCHEME = "Invalid URL: 400: Only HTTP/HTTPS URLs are allowed."
+    URL_HOSTNAME = "Invalid URL: 400: Invalid URL hostname."
+    URL_PRIVATE = "Invalid URL: 403: Access to private or reserved IP addresses is not allowed."
+    URL_UNRESOLVABLE = "Could not resolve hostname: {host}"
+    URL_OTHER = "Invalid URL: {error}"
+    BODY_UNPARSABLE = "There was an error parsing the body"
+    CANNOT_STREAM_TOOLS = "Cannot stream function calls."
+    CANNOT_STREAM_N = "Cannot stream multiple responses."
+    NOT_FOUND = "Not Found"
+    METHOD_NOT_ALLOWED = "Method Not Allowed"
+
+    TEXT_WITHOUT_TEXT = (
+        '{where} has type "text" but no "text" string; add the text or remove the item.'
+    )
+    MEDIA_WITHOUT_URL = (
+        '{where} has type "{kind}" but no "{kind}" object; '
+        'add {{"{kind}": {{"url": "..."}}}} or remove the item.'
+    )
+    BAD_DATA_URI = (
+        "{where}.{kind}.url is a data URI whose payload is not valid base64 data; "
+        "encode the file with standard base64."
+    )
+    MEDIA_UNSUPPORTED = (
+        "This model does not accept {media} input ({where}); send text content only."
+    )
+    CONTENT_NULL = (
+        "messages[{index}].content is null; give the message a content string "
+        "(only an assistant message with tool_calls may omit it)."
+    )
+    TOOL_WITHOUT_FUNCTION = (
+        'tools[{index}] has no "function"; give each tool a "function" object with '
+        '"name", "description" and "parameters".'
+    )
+    BAD_UNICODE = "{where} contains an unpaired UTF-16 surrogate; send valid Unicode text."
+    NOT_POSITIVE = '"{name}" must be at least 1, got {value}.'
+    OVER_LIMIT = '"{name}" is {value} but this server allows at most {limit}; lower it.'
+    NOT_FINITE = '"{name}" must be a finite number, got {value}.'
+    BELOW = '"{name}" must be at least {low}, got {value}.'
+    NOT_ABOVE = '"{name}" must be greater than {low}, got {value}.'
+    OUT_OF_RANGE = '"{name}" must be between {low} and {high}, got {value}.'
+    LOGIT_BIAS_KEY = (
+        '"logit_bias" keys must be token ids written as decimal integers of at most 9 digits, '
+        "got {key}."
+    )
+    JSON_SCHEMA_MISSING = (
+        '"response_format" has type "json_schema" but no "json_schema"; add the schema object.'
+    )
+    TOO_MANY_TEXTS = (
+        '"messages" has {count} texts but this server scores at most {limit} per request; '
+        "split the request."
+    )
+    SERVER_BUSY = "Server is busy: the request queue is full; retry later."
+    SHUTTING_DOWN = (
+        "Server is shutting down and accepts no new requests; retry once it is back "
+        "or on another instance."
+    )
+    PROMPT_TOO_LONG = (
+        "The prompt is {n_prompt} tokens but the context window is {n_ctx} tokens; "
+        "shorten the messages or lower max_tokens."
+    )
+    TEXT_TOO_LONG = (
+        "Text {index} (messages[{index}]) is {n_prompt} tokens but the context window is "
+        "{n_ctx} tokens; shorten it or set max_length."
+    )
+    REQUEST_TOO_LARGE = "{what}: {got} exceeds this server's limit of {limit}; lower it."
+    BODY_TOO_LARGE = (
+        "The request body is larger than this server's limit of {limit} bytes; "
+        "send a smaller request."
+    )
+    ENGINE_FAILED = "Internal Server Error"
+
+
+class _EmptyBody:
+    """The body of a request that sent no bytes (distinct from a JSON `null` body)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "EMPTY_BODY"
+
+
+EMPTY_BODY: Final = _EmptyBody()
+"""What decode_json_body returns for an empty body; parse_* turn it into 422 `missing`."""
+
+_MISSING_BODY_ITEM: Final = {
+    "type": "missing",
+    "loc": ["body"],
+    "msg": "Field required",
+    "input": None,
+}
+
+_DATA_URI: Final = {
+    "image_url": re.compile(r"^data:image\/(png|jpg|jpeg|gif|bmp);base64,(.+)$"),
+    "video_url": re.compile(r"^data:video\/(mp4|mkv|avi|mov);base64,(.+)$"),
+    "audio_url": re.compile(r"^data:audio\/(mpeg|mp3|wav|ogg);base64,(.+)$"),
+}
+_MEDIA_NAME: Final = {"image_url": "image", "video_url": "video", "audio_url": "audio"}
+_TOKEN_ID: Final = re.compile(r"[0-9]{1,9}")
+_LOGIT_BIAS_BOUND: Final = 100.0
+_INT32_MAX: Final = 2**31 - 1
+_MAX_ECHO_DEPTH: Final = 100
+
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def is_env_enabled(environ: Mapping[str, str], key: str, default: str = "0") -> bool:
+    """The reference's boolean env parsing: enabled iff the value is true, y or 1 (any case)."""
+    return environ.get(key, default).lower() in ("true", "y", "1")
+
+
+def default_safe_media_path(environ: Mapping[str, str]) -> str:
+    """$XDG_CACHE_HOME/edgeserve/safe_media, else ~/.cache/edgeserve/safe_media."""
+    cache = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.abspath(os.path.join(cache, "edgeserve", "safe_media"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """What this server accepts in one request.
+
+    max_tokens caps max_tokens/max_completion_tokens (None: only the context window limits it).
+    allow_local_files/safe_media_path/placeholders follow the reference's env variables; see
+    from_env. The accepts_* flags say which media the model takes (default: text only).
+    """
+
+    max_n: int = 16
+    max_tokens: int | None = None
+    allow_local_files: bool = True
+    safe_media_path: str = field(default_factory=lambda: default_safe_media_path(os.environ))
+    accepts_images: bool = False
+    accepts_video: bool = False
+    accepts_audio: bool = False
+    max_score_texts: int = 256
+    image_placeholder: str = "<image>"
+    video_placeholder: str = "<video>"
+    audio_placeholder: str = "<audio>"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Limits:
+        """Read ALLOW_LOCAL_FILES (default enabled), SAFE_MEDIA_PATH and the *_PLACEHOLDER names.
+
+        An unset or empty SAFE_MEDIA_PATH means default_safe_media_path(environ). The folder is
+        never created here. Other fields keep their defaults; use dataclasses.replace for them.
+        """
+        return cls(
+            allow_local_files=is_env_enabled(environ, "ALLOW_LOCAL_FILES", "1"),
+            safe_media_path=os.path.abspath(
+                environ.get("SAFE_MEDIA_PATH") or default_safe_media_path(environ)
+            ),
+            image_placeholder=environ.get("IMAGE_PLACEHOLDER", "<image>"),
+            video_placeholder=environ.get("VIDEO_PLACEHOLDER", "<video>"),
+            audio_placeholder=environ.get("AUDIO_PLACEHOLDER", "<audio>"),
+        )
+
+    def accepts(self, kind: str) -> bool:
+        """Whether the model takes media items of `kind` (image_url, video_url, audio_url)."""
+        return {
+            "image_url": self.accepts_images,
+            "video_url": self.accepts_video,
+            "audio_url": self.accepts_audio,
+        }[kind]
+
+    def placeholder(self, kind: str) -> str:
+        """The text that stands for one media item of `kind` in the flattened content."""
+        return {
+            "image_url": self.image_placeholder,
+            "video_url": self.video_placeholder,
+            "audio_url": self.audio_placeholder,
+        }[kind]
+
+
+@dataclass(frozen=True)
+class ScoreJob:
+    """Work for the scorer: texts in request order and how to reduce token log-probs."""
+
+    texts: tuple[str, ...]
+    max_length: int | None
+    reduction: Literal["mean", "sum"] = "mean"
+    return_token_logprobs: bool = False
+
+
+def _bad(detail: str) -> errors.ApiError:
+    return errors.ApiError(400, detail)
+
+
+def decode_json_body(raw: bytes, content_type: str | None) -> Any:
+    """Decode a request body as FastAPI does before auth and validation.
+
+    Empty → EMPTY_BODY. A JSON content type (application/json, application/*+json, parameters
+    allowed) → json.loads, raising 422 json_invalid or 400 for undecodable bytes. Anything else,
+    including no content type → the raw body as a str (invalid UTF-8 replaced), which schema
+    validation then rejects with 422 model_attributes_type.
+    """
+    if not raw:
+        return EMPTY_BODY
+    if not _is_json_content_type(content_type):
+        return raw.decode("utf-8", errors="replace")
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        item = {
+            "type": "json_invalid",
+            "loc": ["body", exc.pos],
+            "msg": "JSON decode error",
+            "input": {},
+            "ctx": {"error": exc.msg},
+        }
+        raise errors.ApiError(422, [item]) from exc
+    except (ValueError, RecursionError) as exc:
+        raise _bad(Detail.BODY_UNPARSABLE) from exc
+
+
+def _is_json_content_type(content_type: str | None) -> bool:
+    if not content_type:
+        return False
+    message = email.message.Message()
+    message["content-type"] = content_type
+    if message.get_content_maintype() != "application":
+        return False
+    subtype = message.get_content_subtype()
+    return subtype == "json" or subtype.endswith("+json")
+
+
+def check_api_key(authorization: str | None, keys: Sequence[str]) -> None:
+    """401 unless the bearer credentials equal one of `keys`; no-op when no key is configured.
+
+    The header is split at its first space; the scheme is case-insensitive and the credentials
+    are stripped. Every key is compared in constant time. Empty keys are ignored (an empty
+    API_KEY disables auth, as in the reference); a bare str is taken as one key.
+    """
+    active = [key for key in ((keys,) if isinstance(keys, str) else keys) if key]
+    if not active:
+        return
+    credentials = _bearer_credentials(authorization)
+    if credentials is None:
+        raise errors.ApiError(401, Detail.INVALID_API_KEY)
+    given = credentials.encode("utf-8", "surrogatepass")
+    matches = [hmac.compare_digest(given, key.encode("utf-8", "surrogatepass")) for key in active]
+    if not any(matches):
+        raise errors.ApiError(401, Detail.INVALID_API_KEY)
+
+
+def _bearer_credentials(authorization: str | None) -> str | None:
+    if not authorization:
+        return None
+    scheme, _, credentials = authorization.partition(" ")
+    credentials = credentials.strip()
+    if not scheme or not credentials or scheme.lower() != "bearer":
+        return None
+    return credentials
+
+
+def parse_chat_request(body: Any) -> ChatCompletionRequest:
+    """Validate a decoded body against the chat schema; 422 with every error, FastAPI-shaped."""
+    return _parse(ChatCompletionRequest, body)
+
+
+def parse_score_request(body: Any) -> ScoreEvaluationRequest:
+    """Validate a decoded body against the score schema; 422 with every error, FastAPI-shaped."""
+    return _parse(ScoreEvaluationRequest, body)
+
+
+def _parse(model: type[_Model], body: Any) -> _Model:
+    if body is EMPTY_BODY:
+        raise errors.ApiError(422, [dict(_MISSING_BODY_ITEM)])
+    try:
+        return model.model_validate(body, from_attributes=True)
+    except ValidationError as exc:
+        items = [_error_item(error) for error in exc.errors(include_url=False)]
+        raise errors.ApiError(422, items) from None
+
+
+def _error_item(error: Mapping[str, Any]) -> dict[str, Any]:
+    item = {
+        "type": error["type"],
+        "loc": ["body", *error["loc"]],
+        "msg": error["msg"],
+        "input": _json_safe(error["input"]),
+    }
+    if "ctx" in error:
+        item["ctx"] = _json_safe(error["ctx"])
+    return item
+
+
+def _json_safe(value: Any, depth: int = 0) -> Any:
+    """Make a 422 value JSON-encodable: non-finite floats → null, unknown objects → str, and
+    containers nested deeper than _MAX_ECHO_DEPTH → "..." (so echoing an absurdly deep input
+    cannot exhaust the recursion limit)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, str | int):
+        return value
+    if isinstance(value, dict | list | tuple) and depth >= _MAX_ECHO_DEPTH:
+        return "..."
+    if isinstance(value, dict):
+        return {str(key): _json_safe(item, depth + 1) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(item, depth + 1) for item in value]
+    return str(value)
+
+
+def check_can_generate(can_generate: bool) -> None:
+    """405 "Not allowed" for chat on a model that cannot generate."""
+    if not can_generate:
+        raise errors.ApiError(405, Detail.NOT_ALLOWED)
+
+
+def check_can_score(can_score: bool) -> None:
+    """405 "Not allowed" for scoring on a model that cannot score (divergence 3: generative
+    models can)."""
+    if not can_score:
+        raise errors.ApiError(405, Detail.NOT_ALLOWED)
+
+
+async def prepare_chat(req: ChatCompletionRequest, limits: Limits) -> GenerationRequest:
+    """Run every chat check in the reference's order and build the engine request.
+
+    Order: Invalid length; system pop; Only supports u/a/u/a/u...; per message the role check
+    then content processing (media checks E7–E13); tools; if streaming, "Cannot stream function
+    calls." then "Cannot stream multiple responses."; then edgeserve's own checks, which replace
+    errors the reference only hits in its engine (null content, media for a text-only model,
+    invalid Unicode, sampling values and limits).
+
+    ChatTurn roles are the OpenAI names user/assistant/tool/function: "tool" is a tool result
+    (the reference's "observation"), and "function" is the assistant's own tool calls, with the
+    content `[{"name": ..., "arguments": "<json string>"}, ...]` (reference section 5.3).
+    """
+    messages = list(req.messages)
+    if not messages:
+        raise _bad(Detail.INVALID_LENGTH)
+    system: str | None = None
+    offset = 0
+    if messages[0].role is Role.SYSTEM:
+        system = _system_prompt(messages.pop(0))
+        offset = 1
+    if len(messages) % 2 == 0:
+        raise _bad(Detail.ONLY_UAUAU)
+    late: list[str] = []
+    turns = []
+    for position, message in enumerate(messages):
+        _check_role(position, message.role)
+        turns.append(await _turn(message, position + offset, limits, late))
+    tools = _serialize_tools(req.tools)
+    if req.stream and req.tools:
+        raise _bad(Detail.CANNOT_STREAM_TOOLS)
+    if req.stream and req.n > 1:
+        raise _bad(Detail.CANNOT_STREAM_N)
+    if late:
+        raise _bad(late[0])
+    params = _sampling_params(req, limits)
+    _check_unicode(
+        [
+            ("model", req.model),
+            ("the system message", system),
+            *((f"messages[{i + offset}]", turn.content) for i, turn in enumerate(turns)),
+            ("tools", tools),
+            *(("stop", text) for text in params.stop),
+        ]
+    )
+    prompt = ChatPrompt(messages=tuple(turns), system=system, tools=tools)
+    return GenerationRequest(prompt=prompt, params=params, n=req.n)
+
+
+def _system_prompt(message: ChatMessage) -> str | None:
+    content = message.content
+    if isinstance(content, list):
+        return content[0].text if content else ""
+    return content
+
+
+def _check_role(position: int, role: Role) -> None:
+    allowed = (Role.USER, Role.TOOL) if position % 2 == 0 else (Role.ASSISTANT, Role.FUNCTION)
+    if role not in allowed:
+        raise _bad(Detail.INVALID_ROLE)
+
+
+async def _turn(message: ChatMessage, index: int, limits: Limits, late: list[str]) -> ChatTurn:
+    """One message as the template sees it; errors the reference reports later go to `late`."""
+    if message.role is Role.ASSISTANT and message.tool_calls:
+        calls = [
+            {"name": c.function.name, "arguments": c.function.arguments} for c in message.tool_calls
+        ]
+        return ChatTurn(role=Role.FUNCTION.value, content=json.dumps(calls, ensure_ascii=False))
+    content = message.content
+    if isinstance(content, list):
+        content = await _flatten(content, index, limits, late)
+    elif content is None:
+        late.append(Detail.CONTENT_NULL.format(index=index))
+        content = ""
+    return ChatTurn(role=message.role.value, content=content)
+
+
+async def _flatten(
+    items: list[MultimodalInputItem], index: int, limits: Limits, late: list[str]
+) -> str:
+    parts = []
+    for number, item in enumerate(items):
+        where = f"messages[{index}].content[{number}]"
+        if item.type == "text":
+            if item.text is None:
+                raise _bad(Detail.TEXT_WITHOUT_TEXT.format(where=where))
+            parts.append(item.text)
+            continue
+        url = getattr(item, item.type)
+        if url is None:
+            raise _bad(Detail.MEDIA_WITHOUT_URL.format(where=where, kind=item.type))
+        parts.append(limits.placeholder(item.type))
+        await _check_media_url(item.type, url.url, where, limits)
+        if not limits.accepts(item.type):
+            late.append(Detail.MEDIA_UNSUPPORTED.format(media=_MEDIA_NAME[item.type], where=where))
+    return "".join(parts)
+
+
+async def _check_media_url(kind: str, url: str, where: str, limits: Limits) -> None:
+    """The reference's per-item order: data URI, existing local file, then remote URL."""
+    if _DATA_URI[kind].match(url):
+        if not _decodes_to_data(url.split(",", 1)[1]):
+            raise _bad(Detail.BAD_DATA_URI.format(where=where, kind=kind))
+        return
+    if os.path.isfile(url):
+        _check_local_file(url, limits)
+        return
+    await _check_remote_url(url)
+
+
+def _decodes_to_data(payload: str) -> bool:
+    """Whether the reference's lenient base64 decode succeeds and yields some bytes."""
+    try:
+        return bool(base64.b64decode(payload))
+    except (binascii.Error, ValueError):
+        return False
+
+
+def _check_local_file(path: str, limits: Limits) -> None:
+    """E7/E8. Containment is a real path-component check (the reference's plain prefix test
+    also admits sibling folders such as safe_media_x); the safe folder is never created."""
+    if not limits.allow_local_files:
+        raise errors.ApiError(403, Detail.LOCAL_FILES_DISABLED)
+    try:
+        real = os.path.realpath(path)
+        safe = os.path.realpath(limits.safe_media_path)
+        inside = os.path.commonpath([real, safe]) == safe
+    except (OSError, ValueError):
+        inside = False
+    if not inside:
+        raise _bad(Detail.INVALID_FILE_PATH)
+
+
+async def _check_remote_url(url: str) -> None:
+    """E9–E13. Resolves the host on the loop's executor; never fetches the URL."""
+    try:
+        parsed = urlparse(url)
+        if parsed.scheme not in ("http", "https"):
+            raise _bad(Detail.URL_SCHEME)
+        hostname = parsed.hostname
+        if not hostname:
+            raise _bad(Detail.URL_HOSTNAME)
+        port = parsed.port
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(hostname, port)
+        except socket.gaierror:
+            raise _bad(Detail.URL_UNRESOLVABLE.format(host=hostname)) from None
+        address = ipaddress.ip_address(infos[0][4][0])
+    except errors.ApiError:
+        raise
+    except Exception as exc:  # the reference reports any other failure as E13
+        raise _bad(Detail.URL_OTHER.format(error=exc)) from exc
+    if not address.is_global:
+        raise _bad(Detail.URL_PRIVATE)
+
+
+def _serialize_tools(tools: list[FunctionAvailable] | None) -> str | None:
+    """Reference section 5.5: the functions as one JSON string; None when there are none."""
+    if not tools:
+        return None
+    functions = []
+    for index, tool in enumerate(tools):
+        if tool.function is None:
+            raise _bad(Detail.TOOL_WITHOUT_FUNCTION.format(index=index))
+        functions.append(tool.function.model_dump(exclude_unset=True))
+    return json.dumps(functions, ensure_ascii=False)
+
+
+def _sampling_params(req: ChatCompletionRequest, limits: Limits) -> SamplingParams:
+    """Check the sampling fields and map them; unset fields keep the engine's defaults.
+
+    When both are given, max_completion_tokens (OpenAI's current name) wins over max_tokens.
+    presence_penalty keeps its OpenAI meaning; repetition_penalty maps to repeat_penalty. As in
+    the reference, n > 1 forces sampling, at temperature 1.0 when it is unset or 0. Ranges are
+    OpenAI's where it has one; seed is any int64 (the engine reduces it to its own width), and
+    top_k is clamped to int32 (any value past the vocabulary size means "no top-k").
+    """
+    if req.n < 1:
+        raise _bad(Detail.NOT_POSITIVE.format(name="n", value=req.n))
+    if req.n > limits.max_n:
+        raise _bad(Detail.OVER_LIMIT.format(name="n", value=req.n, limit=limits.max_n))
+    token_field = "max_tokens" if req.max_completion_tokens is None else "max_completion_tokens"
+    max_tokens = getattr(req, token_field)
+    if max_tokens is not None and max_tokens < 1:
+        raise _bad(Detail.NOT_POSITIVE.format(name=token_field, value=max_tokens))
+    if max_tokens is not None and limits.max_tokens is not None and max_tokens > limits.max_tokens:
+        raise _bad(
+            Detail.OVER_LIMIT.format(name=token_field, value=max_tokens, limit=limits.max_tokens)
+        )
+    _check_range("temperature", req.temperature, low=0.0)
+    _check_range("top_p", req.top_p, low=0.0, high=1.0)
+    _check_range("presence_penalty", req.presence_penalty, low=-2.0, high=2.0)
+    _check_range("top_k", req.top_k, low=0)
+    _check_range("min_p", req.min_p, low=0.0, high=1.0)
+    _check_range("frequency_penalty", req.frequency_penalty, low=-2.0, high=2.0)
+    _check_range("repetition_penalty", req.repetition_penalty, low=0.0, low_open=True)
+    _check_range("top_logprobs", req.top_logprobs, low=0, high=20)
+    _check_range("seed", req.seed, low=-(2**63), high=2**63 - 1)
+    response_format = req.response_format
+    if (
+        response_format
+        and response_format.type == "json_schema"
+        and not response_format.json_schema
+    ):
+        raise _bad(Detail.JSON_SCHEMA_MISSING)
+    do_sample = True if req.do_sample is None else req.do_sample
+    temperature = 1.0 if req.temperature is None else req.temperature
+    if req.n > 1:
+        do_sample, temperature = True, temperature or 1.0
+    optional = {
+        "top_p": req.top_p,
+        "top_k": None if req.top_k is None else min(req.top_k, _INT32_MAX),
+        "min_p": req.min_p,
+        "seed": req.seed,
+        "repeat_penalty": req.repetition_penalty,
+        "presence_penalty": req.presence_penalty,
+        "frequency_penalty": req.frequency_penalty,
+    }
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=temperature,
+        do_sample=do_sample,
+        logit_bias=_logit_bias(req.logit_bias),
+        stop=_stop_strings(req.stop),
+        **{name: value for name, value in optional.items() if value is not None},
+    )
+
+
+def _check_range(
+    name: str,
+    value: float | None,
+    *,
+    low: float,
+    high: float | None = None,
+    low_open: bool = False,
+) -> None:
+    if value is None:
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _bad(Detail.NOT_FINITE.format(name=name, value=value))
+    if high is not None and not low <= value <= high:
+        raise _bad(Detail.OUT_OF_RANGE.format(name=name, low=low, high=high, value=value))
+    if low_open and value <= low:
+        raise _bad(Detail.NOT_ABOVE.format(name=name, low=low, value=value))
+    if value < low:
+        raise _bad(Detail.BELOW.format(name=name, low=low, value=value))
+
+
+def _logit_bias(bias: dict[str, float] | None) -> dict[int, float]:
+    """Token-id strings → ints; values clamped to [-100, 100] as OpenAI does."""
+    result: dict[int, float] = {}
+    for key, value in (bias or {}).items():
+        if not _TOKEN_ID.fullmatch(key):
+            raise _bad(Detail.LOGIT_BIAS_KEY.format(key=json.dumps(key, ensure_ascii=False)))
+        if not math.isfinite(value):
+            raise _bad(Detail.NOT_FINITE.format(name=f"logit_bias[{key}]", value=value))
+        result[int(key)] = min(max(value, -_LOGIT_BIAS_BOUND), _LOGIT_BIAS_BOUND)
+    return result
+
+
+def _stop_strings(stop: str | list[str] | None) -> tuple[str, ...]:
+    """A string or list of strings → a tuple, empty strings dropped."""
+    if stop is None:
+        return ()
+    candidates = [stop] if isinstance(stop, str) else stop
+    return tuple(text for text in candidates if text)
+
+
+def _check_unicode(texts: Iterable[tuple[str, str | None]]) -> None:
+    """400 for text the tokenizer and the response encoder cannot take (lone surrogates)."""
+    for where, text in texts:
+        if text is not None and not _is_encodable(text):
+            raise _bad(Detail.BAD_UNICODE.format(where=where))
+
+
+def _is_encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def prepare_score(req: ScoreEvaluationRequest, limits: Limits) -> ScoreJob:
+    """The score endpoint's checks: "Invalid request" for no texts, then max_length and limits."""
+    if not req.messages:
+        raise _bad(Detail.INVALID_REQUEST)
+    if req.max_length is not None and req.max_length < 1:
+        raise _bad(Detail.NOT_POSITIVE.format(name="max_length", value=req.max_length))
+    if len(req.messages) > limits.max_score_texts:
+        raise _bad(
+            Detail.TOO_MANY_TEXTS.format(count=len(req.messages), limit=limits.max_score_texts)
+        )
+    _check_unicode(
+        [("model", req.model), *((f"messages[{i}]", text) for i, text in enumerate(req.messages))]
+    )
+    return ScoreJob(
+        texts=tuple(req.messages),
+        max_length=req.max_length,
+        reduction=req.reduction,
+        return_token_logprobs=req.return_token_logprobs,
+    )
+
+
+def engine_error(exc: errors.EngineError) -> errors.ApiError:
+    """The client-visible error for an engine exception (503 busy/stopping, 400 too long/large).
+
+    An EngineError of no known kind is the server's own fault: 500.
+    """
+    match exc:
+        case errors.EngineOverloaded():
+            return errors.ApiError(503, Detail.SERVER_BUSY, {"Retry-After": "1"})
+        case errors.EngineStopped():
+            return errors.ApiError(503, Detail.SHUTTING_DOWN, {"Retry-After": "5"})
+        case errors.PromptTooLong(index=None):
+            return _bad(Detail.PROMPT_TOO_LONG.format(n_prompt=exc.n_prompt, n_ctx=exc.n_ctx))
+        case errors.PromptTooLong():
+            detail = Detail.TEXT_TOO_LONG.format(
+                index=exc.index, n_prompt=exc.n_prompt, n_ctx=exc.n_ctx
+            )
+            return _bad(detail)
+        case errors.RequestTooLarge():
+            return _bad(
+                Detail.REQUEST_TOO_LARGE.format(what=exc.what, got=exc.got, limit=exc.limit)
+            )
+    return errors.ApiError(500, Detail.ENGINE_FAILED)
+
+
+def body_too_large(limit_bytes: int) -> errors.ApiError:
+    """413 for a body over the configured size limit."""
+    return errors.ApiError(413, Detail.BODY_TOO_LARGE.format(limit=limit_bytes))
+
+
+def not_found() -> errors.ApiError:
+    """404 for an unknown path (E16)."""
+    return errors.ApiError(404, Detail.NOT_FOUND)
+
+
+def method_not_allowed(allowed: Iterable[str]) -> errors.ApiError:
+    """405 for a known path with the wrong method (E17), with the Allow header."""
+    return errors.ApiError(405, Detail.METHOD_NOT_ALLOWED, {"Allow": ", ".join(allowed)})
+
+
+async def would_reject(
+    body: Any, *, stream_checks: bool = True, limits: Limits | None = None
+) -> errors.ApiError | None:
+    """The error a decoded chat body would get (schema and request checks), or None.
+
+    With stream_checks=False the body is judged as if `stream` were false.
+    """
+    try:
+        req = parse_chat_request(body)
+        if not stream_checks:
+            req = req.model_copy(update={"stream": False})
+        await prepare_chat(req, limits or Limits())
+    except errors.ApiError as exc:
+        return exc
+    return None

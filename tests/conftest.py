@@ -1,0 +1,42 @@
+"""Shared fixtures: ONE real engine on the default Gemma model for the whole session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL = REPO / "models" / "gemma-3-270m-q4_k_m.gguf"
+
+
+@pytest.fixture(scope="session")
+def model_path() -> Path:
+    """The default model; missing is a setup error (run `make model`), never a skip."""
+    if not MODEL.is_file():
+        raise RuntimeError(f"{MODEL} is missing: run `make model` (make test does it)")
+    return MODEL
+
+
+@pytest.fixture(scope="session")
+def engine(model_path: Path) -> Iterator[object]:
+    """The real engine, loaded once; its thread belongs to no event loop."""
+    from edgeserve.config import physical_cores
+    from edgeserve.engine.scheduler import Engine
+    from edgeserve.engine.types import EngineConfig
+
+    eng = Engine(
+        EngineConfig(
+            model_path=str(model_path),
+            n_ctx=2048,
+            parallel=8,
+            n_threads=physical_cores(),
+            max_queue=16,
+        )
+    )
+    eng.start()
+    if not eng.wait_loaded(120):
+        raise RuntimeError(f"the default model failed to load: {eng.load_error}")
+    yield eng
+    eng.close()

