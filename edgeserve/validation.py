@@ -698,6 +698,8 @@ def engine_error(exc: errors.EngineError) -> errors.ApiError:
                 index=exc.index, n_prompt=exc.n_prompt, n_ctx=exc.n_ctx
             )
             return _bad(detail)
+        case errors.InvalidPrompt():
+            return _bad(str(exc))
         case errors.RequestTooLarge():
             return _bad(
                 Detail.REQUEST_TOO_LARGE.format(what=exc.what, got=exc.got, limit=exc.limit)

@@ -16,15 +16,22 @@ _llama_log = logging.getLogger("edgeserve.llama")
 
 # ggml levels: 1 debug, 2 info (chatty load details, kept at debug here), 3 warn, 4 error, 5 cont.
 _LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
+# Most logit rows one llama_decode may return (sizes llama.cpp's output buffers).
 OUTPUT_ROWS = 64
+# While a model loads, llama.cpp's errors are collected here (not logged) so that a failed load
+# is reported as one line that includes llama.cpp's own first complaint.
+_load_errors: list[str] | None = None
 
 
 @lc.llama_log_callback
 def _on_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
     """Route llama.cpp's own log lines into the `edgeserve.llama` logger."""
     py_level = _LEVELS.get(level, logging.DEBUG)
-    if _llama_log.isEnabledFor(py_level):
-        _llama_log.log(py_level, "%s", text.decode("utf-8", "replace").rstrip())
+    line = text.decode("utf-8", "replace").rstrip()
+    if _load_errors is not None and py_level >= logging.ERROR:
+        _load_errors.append(line)
+    elif _llama_log.isEnabledFor(py_level):
+        _llama_log.log(py_level, "%s", line)
 
 
 _backend_ready = False
@@ -56,9 +63,15 @@ class LoadedModel:
         mparams.n_gpu_layers = config.n_gpu_layers if config.n_gpu_layers >= 0 else 0x7FFFFFFF
         mparams.use_mmap = config.use_mmap
         mparams.use_mlock = config.use_mlock
-        model = lc.llama_model_load_from_file(config.model_path.encode(), mparams)
+        global _load_errors
+        _load_errors = []
+        try:
+            model = lc.llama_model_load_from_file(config.model_path.encode(), mparams)
+        finally:
+            complaints, _load_errors = _load_errors, None
         if not model:
-            raise ModelLoadError(f"llama.cpp could not load the model file {config.model_path}")
+            reason = complaints[0].split(": ", 1)[-1] if complaints else "unknown error"
+            raise ModelLoadError(f"{config.model_path} is not a loadable GGUF ({reason})")
         self.model = model
         self._stack.callback(lc.llama_model_free, model)
         self.vocab = lc.llama_model_get_vocab(model)

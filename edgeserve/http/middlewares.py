@@ -56,26 +56,16 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
 
 
 def _log_access(request: web.Request, record: RequestRecord, status: int, elapsed: float) -> None:
-    extra: dict[str, object] = {
-        "request_id": record.request_id,
-        "method": request.method,
-        "path": request.path,
-        "status": status,
-        "duration_ms": round(elapsed * 1000, 1),
-    }
-    text = f"{request.method} {request.path} {status} {elapsed * 1000:.0f}ms"
+    """One line per request; the numbers travel as fields (text: key=value, JSON: keys)."""
+    fields: dict[str, object] = {"request_id": record.request_id, "ms": round(elapsed * 1000, 1)}
     if record.prompt_tokens is not None:
-        extra["prompt_tokens"] = record.prompt_tokens
-        extra["completion_tokens"] = record.completion_tokens
-        text += f" in={record.prompt_tokens} out={record.completion_tokens}"
+        fields["prompt_tokens"] = record.prompt_tokens
+        fields["completion_tokens"] = record.completion_tokens
     if record.ttft_s is not None:
-        extra["ttft_ms"] = round(record.ttft_s * 1000, 1)
-        text += f" ttft={record.ttft_s * 1000:.0f}ms"
+        fields["ttft_ms"] = round(record.ttft_s * 1000, 1)
     if record.gen_s and record.completion_tokens:
-        rate = record.completion_tokens / record.gen_s
-        extra["tokens_per_s"] = round(rate, 1)
-        text += f" {rate:.1f}tok/s"
-    access_log.info("%s [%s]", text, record.request_id, extra=extra)
+        fields["tokens_per_s"] = round(record.completion_tokens / record.gen_s, 1)
+    access_log.info("%s %s %d", request.method, request.path, status, extra=fields)
 
 
 @web.middleware
