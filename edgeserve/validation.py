@@ -7,7 +7,7 @@ The HTTP handlers call, in the reference's order (reference-api.md section 2):
     parse_*_request       JSON value → wire model     422 (FastAPI's item shape)
     check_can_generate    / check_can_score           405 "Not allowed"
     prepare_chat          wire model → engine request 400/403 (reference strings, then our own)
-    prepare_score         wire model → ScoreJob       400
+    prepare_score         wire model → ScoreRequest   400
 
 plus engine_error (engine exceptions → 503/400), body_too_large (413), not_found (404) and
 method_not_allowed (405). Reference details are byte-exact; edgeserve's own messages (for inputs
@@ -30,13 +30,19 @@ import re
 import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, TypeVar
 from urllib.parse import urlparse
 
 from pydantic import BaseModel, ValidationError
 
 from edgeserve import errors
-from edgeserve.engine.types import ChatPrompt, ChatTurn, GenerationRequest, SamplingParams
+from edgeserve.engine.types import (
+    ChatPrompt,
+    ChatTurn,
+    GenerationRequest,
+    SamplingParams,
+    ScoreRequest,
+)
 from edgeserve.protocol import (
     ChatCompletionRequest,
     ChatMessage,
@@ -231,16 +237,6 @@ class Limits:
             "video_url": self.video_placeholder,
             "audio_url": self.audio_placeholder,
         }[kind]
-
-
-@dataclass(frozen=True)
-class ScoreJob:
-    """Work for the scorer: texts in request order and how to reduce token log-probs."""
-
-    texts: tuple[str, ...]
-    max_length: int | None
-    reduction: Literal["mean", "sum"] = "mean"
-    return_token_logprobs: bool = False
 
 
 def _bad(detail: str) -> errors.ApiError:
@@ -660,7 +656,7 @@ def _is_encodable(text: str) -> bool:
     return True
 
 
-def prepare_score(req: ScoreEvaluationRequest, limits: Limits) -> ScoreJob:
+def prepare_score(req: ScoreEvaluationRequest, limits: Limits) -> ScoreRequest:
     """The score endpoint's checks: "Invalid request" for no texts, then max_length and limits."""
     if not req.messages:
         raise _bad(Detail.INVALID_REQUEST)
@@ -673,7 +669,7 @@ def prepare_score(req: ScoreEvaluationRequest, limits: Limits) -> ScoreJob:
     _check_unicode(
         [("model", req.model), *((f"messages[{i}]", text) for i, text in enumerate(req.messages))]
     )
-    return ScoreJob(
+    return ScoreRequest(
         texts=tuple(req.messages),
         max_length=req.max_length,
         reduction=req.reduction,

@@ -13,6 +13,8 @@ from edgeserve.engine.types import (
     Finished,
     GenerationRequest,
     PromptInfo,
+    ScoreRequest,
+    ScoreResult,
     TextDelta,
 )
 from edgeserve.errors import EngineError
@@ -83,6 +85,20 @@ class EngineClient:
     def stats(self) -> EngineStats:
         """The engine's current counters."""
         return self.engine.stats()
+
+    async def score(self, request: ScoreRequest) -> ScoreResult:
+        """Score texts; cancelling the awaiting task aborts the work in the engine."""
+        queue: asyncio.Queue[object] = asyncio.Queue()
+        job = self.engine.submit_score(request, Sink(asyncio.get_running_loop(), queue.put_nowait))
+        try:
+            event = await queue.get()
+        except asyncio.CancelledError:
+            self.engine.cancel(job)
+            raise
+        if isinstance(event, EngineError):
+            raise event
+        assert isinstance(event, ScoreResult)
+        return event
 
     @property
     def can_generate(self) -> bool:

@@ -95,7 +95,9 @@ class LoadedModel:
         cparams.kv_unified = True
         cparams.no_perf = True
         cparams.flash_attn_type = (
-            lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if config.flash_attn else lc.LLAMA_FLASH_ATTN_TYPE_AUTO
+            lc.LLAMA_FLASH_ATTN_TYPE_ENABLED
+            if config.flash_attn
+            else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
         ctx = lc.llama_init_from_model(model, cparams)
         if not ctx:
@@ -108,6 +110,7 @@ class LoadedModel:
         self._stack.callback(lc.llama_free, ctx)
         self.memory = lc.llama_get_memory(ctx)
         self.n_ctx = lc.llama_n_ctx(ctx)
+        self.n_outputs_max = cparams.n_outputs_max
         self.add_bos = bool(lc.llama_vocab_get_add_bos(self.vocab))
         self.bos = lc.llama_vocab_bos(self.vocab)
         self.gpu_offload = bool(lc.llama_supports_gpu_offload())

@@ -9,6 +9,10 @@ Admission is FIFO. A request needs `n` free sequence ids and a KV reservation of
 plus `n × min(max_tokens, n_ctx / parallel)` cells; a request alone in the engine is always
 admitted. If the unified KV cache still runs out, the longest running choice ends with
 `length`.
+
+Score requests share the same steps: one text at a time takes a sequence, and each step puts
+one chunk of it at the front of the batch (see `_fill_scoring` for why), requesting logits only
+for rows that predict a scored token.
 """
 
 from __future__ import annotations
@@ -20,11 +24,13 @@ from collections.abc import Callable
 from typing import Any
 
 import llama_cpp as lc
+import numpy as np
 
 from edgeserve.engine.batch import TokenBatch
 from edgeserve.engine.chat_template import ChatTemplate, resolve_template
 from edgeserve.engine.model import LoadedModel
 from edgeserve.engine.sampling import build_sampler, free_sampler
+from edgeserve.engine.scoring import ScoreJob, TextState, target_logprob
 from edgeserve.engine.sequence import Choice, Job, Sink
 from edgeserve.engine.types import (
     ChatPrompt,
@@ -33,6 +39,7 @@ from edgeserve.engine.types import (
     Finished,
     GenerationRequest,
     PromptInfo,
+    ScoreRequest,
     TextDelta,
 )
 from edgeserve.errors import (
@@ -45,6 +52,8 @@ from edgeserve.errors import (
 
 log = logging.getLogger("edgeserve.engine")
 
+ROW_ALIGN = 8
+
 
 class Engine:
     """Owns the engine thread. `submit` and `cancel` are safe to call from any thread."""
@@ -55,14 +64,15 @@ class Engine:
         self.load_error: BaseException | None = None
         self._template: ChatTemplate | None = None
         self._cond = threading.Condition()
-        self._inbox: deque[Job] = deque()
-        self._cancels: deque[Job] = deque()
+        self._inbox: deque[Job | ScoreJob] = deque()
+        self._cancels: deque[Job | ScoreJob] = deque()
         self._pending = 0
         self._accepting = True
         self._running = True
         self._loaded = threading.Event()
-        self._waiting: deque[Job] = deque()
+        self._waiting: deque[Job | ScoreJob] = deque()
         self._active: list[Job] = []
+        self._scoring: list[ScoreJob] = []
         self._free_seqs: list[int] = list(range(config.parallel - 1, -1, -1))
         self._reserved = 0
         self._next_id = 0
@@ -91,22 +101,32 @@ class Engine:
         return self._loaded.is_set() and self.load_error is None
 
     def submit(self, request: GenerationRequest, sink: Sink) -> Job:
-        """Queue a request; events go to `sink`. Raises EngineOverloaded / EngineStopped."""
+        """Queue a generation; events go to `sink`. Raises EngineOverloaded / EngineStopped."""
+        if request.n > self.config.parallel:
+            raise RequestTooLarge("n", request.n, self.config.parallel)
+        job = Job(rid=0, request=request, sink=sink)
+        self._enqueue(job)
+        return job
+
+    def submit_score(self, request: ScoreRequest, sink: Sink) -> ScoreJob:
+        """Queue a score request; its ScoreResult (or an EngineError) goes to `sink`."""
+        job = ScoreJob(rid=0, request=request, sink=sink)
+        self._enqueue(job)
+        return job
+
+    def _enqueue(self, job: Job | ScoreJob) -> None:
         with self._cond:
             if not self._accepting or not self._running:
                 raise EngineStopped("the engine is not accepting requests")
             if self._pending >= self.config.max_queue:
                 raise EngineOverloaded(f"{self._pending} requests are waiting")
-            if request.n > self.config.parallel:
-                raise RequestTooLarge("n", request.n, self.config.parallel)
             self._next_id += 1
-            job = Job(rid=self._next_id, request=request, sink=sink)
+            job.rid = self._next_id
             self._pending += 1
             self._inbox.append(job)
             self._cond.notify()
-        return job
 
-    def cancel(self, job: Job) -> None:
+    def cancel(self, job: Job | ScoreJob) -> None:
         """Abort a request: its sequences are freed at the start of the next step."""
         with self._cond:
             self._cancels.append(job)
@@ -183,6 +203,7 @@ class Engine:
                 and not self._inbox
                 and not self._cancels
                 and not self._active
+                and not self._scoring
                 and not (self._waiting and self._can_admit(self._waiting[0]))
             ):
                 self._cond.wait()
@@ -195,15 +216,18 @@ class Engine:
         for job in cancels:
             self._abort(job)
         self._admit()
-        if self._active:
+        if self._active or self._scoring:
             self._decode_once(batch)
         self._flush()
         return True
 
-    def _accept(self, job: Job) -> None:
+    def _accept(self, job: Job | ScoreJob) -> None:
         """Tokenize a new request and check that it can ever fit; then it waits for a slot."""
         model = self.model
         assert model is not None and self._template is not None
+        if isinstance(job, ScoreJob):
+            self._accept_score(job)
+            return
         try:
             job.tokens = self._tokenize(job.request.prompt)
         except EngineError as exc:
@@ -221,6 +245,20 @@ class Engine:
         self._emit(job, PromptInfo(prompt_tokens=n_prompt))
         self._waiting.append(job)
 
+    def _accept_score(self, job: ScoreJob) -> None:
+        model = self.model
+        assert model is not None
+        limit = job.request.max_length
+        for index, text in enumerate(job.request.texts):
+            tokens = model.tokenize(text, add_special=True, parse_special=False)
+            if limit is not None:
+                tokens = tokens[:limit]
+            if len(tokens) > model.n_ctx:
+                self._reject(job, PromptTooLong(len(tokens), model.n_ctx, index=index))
+                return
+            job.texts.append(TextState(tokens))
+        self._waiting.append(job)
+
     def _tokenize(self, prompt: ChatPrompt | str) -> list[int]:
         model = self.model
         assert model is not None and self._template is not None
@@ -232,11 +270,13 @@ class Engine:
             tokens.insert(0, model.bos)
         return tokens
 
-    def _reject(self, job: Job, exc: EngineError) -> None:
+    def _reject(self, job: Job | ScoreJob, exc: EngineError) -> None:
         self._pending -= 1
         self._emit(job, exc)
 
-    def _can_admit(self, job: Job) -> bool:
+    def _can_admit(self, job: Job | ScoreJob) -> bool:
+        if isinstance(job, ScoreJob):
+            return bool(self._free_seqs)
         if len(self._free_seqs) < job.request.n:
             return False
         return not self._active or self._reserved + job.reserve <= self.config.n_ctx
@@ -247,6 +287,9 @@ class Engine:
         while self._waiting and self._can_admit(self._waiting[0]):
             job = self._waiting.popleft()
             self._pending -= 1
+            if isinstance(job, ScoreJob):
+                self._scoring.append(job)
+                continue
             params = job.request.params
             for i in range(job.request.n):
                 sampler = build_sampler(params, model.n_vocab, seed_offset=i)
@@ -258,13 +301,18 @@ class Engine:
             self._reserved += job.reserve
             self._active.append(job)
 
-    def _abort(self, job: Job) -> None:
+    def _abort(self, job: Job | ScoreJob) -> None:
         if job.cancelled:
             return
         job.cancelled = True
         if job in self._waiting:
             self._waiting.remove(job)
             self._pending -= 1
+        elif isinstance(job, ScoreJob):
+            if job in self._scoring:
+                for text in list(job.in_flight):
+                    self._release_text(job, text)
+                self._scoring.remove(job)
         elif job in self._active:
             for choice in job.choices:
                 if not choice.done:
@@ -275,6 +323,11 @@ class Engine:
         model = self.model
         assert model is not None
         batch.clear()
+        decoding = sum(1 for j in self._active if not j.prefilling for c in j.choices if not c.done)
+        finishing = sum(1 for j in self._active if j.prefilling)
+        scored = self._fill_scoring(
+            batch, model.n_outputs_max - decoding - finishing, batch.capacity - decoding
+        )
         stepping: list[tuple[int, Job, Choice]] = []
         for job in self._active:
             if job.prefilling:
@@ -297,9 +350,12 @@ class Engine:
             )
             prefills.append((job, take, start + take - 1 if last else None))
         if batch.n == 0:
+            self._collect_scores(scored)
             return
         rc = batch.decode(model.ctx)
         if rc == 1:
+            for text, _, pos0, _ in scored:
+                text.fed = pos0
             self._evict_longest()
             return
         if rc != 0:
@@ -320,6 +376,81 @@ class Engine:
             for choice in job.choices:
                 self._on_token(job, choice, lc.llama_sampler_sample(choice.sampler, model.ctx, idx))
         self._active = [j for j in self._active if not j.finished]
+        self._collect_scores(scored)
+
+    def _fill_scoring(
+        self, batch: TokenBatch, rows_left: int, room: int
+    ) -> list[tuple[TextState, int, int, list[int]]]:
+        """Put one chunk of one score text at the START of the batch.
+
+        Scores must equal a text decoded on its own: llama.cpp's CPU matmuls group rows in
+        blocks, so a chunk starts at batch row 0 and, unless it ends the text, spans a multiple
+        of ROW_ALIGN rows — the text's rows then fall in the same blocks as in a lone decode.
+        """
+        for job in self._scoring:
+            text = next((t for t in job.in_flight if t.fed < len(t.tokens)), None)
+            text = text or self._start_text(job)
+            if text is None:
+                continue
+            remaining = len(text.tokens) - text.fed
+            take = min(remaining, room, rows_left)
+            if take < remaining:
+                take -= take % ROW_ALIGN
+            if take <= 0:
+                return []
+            outs = text.outputs_in(text.fed, take)
+            start = batch.add_span(
+                text.tokens[text.fed : text.fed + take], text.fed, text.seq_id, outs
+            )
+            text.fed += take
+            return [(text, start, text.fed - take, outs)]
+        return []
+
+    def _start_text(self, job: ScoreJob) -> TextState | None:
+        """Give the job's next text a sequence, if one is free and its KV cells fit."""
+        model = self.model
+        assert model is not None
+        while job.next_text < len(job.texts):
+            text = job.texts[job.next_text]
+            if text.n_rows == 0:
+                job.next_text += 1
+                job.finished_texts += 1
+                continue
+            busy = self._active or any(j.in_flight for j in self._scoring)
+            if not self._free_seqs or (busy and self._reserved + len(text.tokens) > model.n_ctx):
+                return None
+            job.next_text += 1
+            text.seq_id = self._free_seqs.pop()
+            self._reserved += len(text.tokens)
+            job.in_flight.append(text)
+            return text
+        return None
+
+    def _collect_scores(self, scored: list[tuple[TextState, int, int, list[int]]]) -> None:
+        """Reduce each requested row to its target's log-probability; finish complete texts."""
+        model = self.model
+        assert model is not None
+        for text, start, pos0, outs in scored:
+            for off in outs:
+                row = np.ctypeslib.as_array(
+                    lc.llama_get_logits_ith(model.ctx, start + off), shape=(model.n_vocab,)
+                )
+                text.logprobs.append(target_logprob(row, text.tokens[pos0 + off + 1]))
+        for job in list(self._scoring):
+            for text in [t for t in job.in_flight if t.fed == len(t.tokens)]:
+                self._release_text(job, text)
+                job.finished_texts += 1
+            if job.done:
+                self._scoring.remove(job)
+                self._emit(job, job.result())
+
+    def _release_text(self, job: ScoreJob, text: TextState) -> None:
+        model = self.model
+        assert model is not None
+        lc.llama_memory_seq_rm(model.memory, text.seq_id, -1, -1)
+        self._free_seqs.append(text.seq_id)
+        self._reserved -= len(text.tokens)
+        job.in_flight.remove(text)
 
     def _evict_longest(self) -> None:
         """The KV cache is full (nothing was stored): end the choice that holds the most cells."""
@@ -386,12 +517,17 @@ class Engine:
                     self._finish(job, choice, "abort")
             self._emit(job, exc)
         self._active = []
+        for sjob in self._scoring:
+            for text in list(sjob.in_flight):
+                self._release_text(sjob, text)
+            self._emit(sjob, exc)
+        self._scoring = []
         self._pending = 0
         self._flush()
 
     # ---- delivery -------------------------------------------------------------------------
 
-    def _emit(self, job: Job, event: object) -> None:
+    def _emit(self, job: Job | ScoreJob, event: object) -> None:
         self._outbox.setdefault(job.sink.loop, []).append((job.sink.put, event))
 
     def _flush(self) -> None:

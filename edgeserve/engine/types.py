@@ -75,6 +75,25 @@ class GenerationRequest:
 
 
 @dataclass(frozen=True)
+class ScoreRequest:
+    """Texts to score by the model's log-probabilities (or a classifier head's logit)."""
+
+    texts: tuple[str, ...]
+    max_length: int | None = None
+    reduction: Literal["mean", "sum"] = "mean"
+    return_token_logprobs: bool = False
+
+
+@dataclass(frozen=True)
+class ScoreResult:
+    """One score per text in request order, plus per-token log-probabilities when asked."""
+
+    scores: tuple[float, ...]
+    token_logprobs: tuple[tuple[float, ...], ...] | None = None
+    n_tokens: int = 0
+
+
+@dataclass(frozen=True)
 class TextDelta:
     """New text for choice `index` (always whole UTF-8 characters)."""
 

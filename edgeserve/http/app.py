@@ -13,12 +13,14 @@ from edgeserve.http import middlewares
 from edgeserve.http.handlers.chat import chat_completions
 from edgeserve.http.handlers.health import health
 from edgeserve.http.handlers.models import list_models
+from edgeserve.http.handlers.score import score_evaluation
 from edgeserve.http.keys import ENGINE, KNOWN_PATHS, LIMITS, SETTINGS
 from edgeserve.validation import Limits
 
 ROUTES = (
     ("GET", "/v1/models", list_models),
     ("POST", "/v1/chat/completions", chat_completions),
+    ("POST", "/v1/score/evaluation", score_evaluation),
     ("GET", "/health", health),
 )
 

@@ -15,13 +15,12 @@ from typing import Any
 import pytest
 
 from edgeserve import errors
-from edgeserve.engine.types import ChatTurn, SamplingParams
+from edgeserve.engine.types import ChatTurn, SamplingParams, ScoreRequest
 from edgeserve.responses import error_body
 from edgeserve.validation import (
     EMPTY_BODY,
     Detail,
     Limits,
-    ScoreJob,
     body_too_large,
     check_api_key,
     check_can_generate,
@@ -1072,13 +1071,13 @@ def test_score_errors(fields: dict[str, Any], detail: str) -> None:
 
 
 SCORE_JOBS = [
-    ("defaults", {"messages": ["a", "b"]}, ScoreJob(("a", "b"), None)),
+    ("defaults", {"messages": ["a", "b"]}, ScoreRequest(("a", "b"), None)),
     (
         "extensions",
         {"messages": ["a"], "max_length": 8, "reduction": "sum", "return_token_logprobs": True},
-        ScoreJob(("a",), 8, "sum", True),
+        ScoreRequest(("a",), 8, "sum", True),
     ),
-    ("empty text is allowed", {"messages": [""]}, ScoreJob(("",), None)),
+    ("empty text is allowed", {"messages": [""]}, ScoreRequest(("",), None)),
 ]
 
 
@@ -1087,7 +1086,7 @@ SCORE_JOBS = [
     [case[1:] for case in SCORE_JOBS],
     ids=[case[0] for case in SCORE_JOBS],
 )
-def test_score_jobs(fields: dict[str, Any], job: ScoreJob) -> None:
+def test_score_jobs(fields: dict[str, Any], job: ScoreRequest) -> None:
     req = parse_score_request({"model": "rm", **fields})
     assert prepare_score(req, Limits(safe_media_path="/nonexistent")) == job
 

@@ -1,0 +1,84 @@
+"""Logit-based scoring: per-text state and the log-softmax of one logit row.
+
+A text's tokens are t0 … tL-1 (t0 is BOS when the model adds one). Row p of the model's output
+predicts t(p+1), so rows 0 … L-2 are requested and each is reduced at once to
+log p(t(p+1) | t0 … tp): nothing of size n_tokens × n_vocab is ever held. Without BOS the first
+token has nothing to be predicted from and is not scored. A text with no scored token (empty,
+or one token without BOS) scores 0.0: the log-probability of an empty continuation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from edgeserve.engine.sequence import Sink
+from edgeserve.engine.types import ScoreRequest, ScoreResult
+
+
+def target_logprob(row: np.ndarray, target: int) -> float:
+    """log softmax(row)[target], with max subtraction and a float64 sum."""
+    peak = float(row.max())
+    total = float(np.exp(row - peak).sum(dtype=np.float64))
+    return float(row[target]) - peak - math.log(total)
+
+
+@dataclass(eq=False)
+class TextState:
+    """One text of a score request while it is being decoded."""
+
+    tokens: list[int]
+    seq_id: int = -1
+    fed: int = 0
+    logprobs: list[float] = field(default_factory=list)
+
+    @property
+    def n_rows(self) -> int:
+        """Rows that predict a scored token."""
+        return max(0, len(self.tokens) - 1)
+
+    def outputs_in(self, start: int, count: int) -> list[int]:
+        """Offsets within the chunk [start, start+count) whose rows are needed."""
+        last_row = len(self.tokens) - 2
+        return [i for i in range(count) if start + i <= last_row]
+
+
+@dataclass(eq=False)
+class ScoreJob:
+    """A score request from admission to its result."""
+
+    rid: int
+    request: ScoreRequest
+    sink: Sink
+    texts: list[TextState] = field(default_factory=list)
+    next_text: int = 0
+    in_flight: list[TextState] = field(default_factory=list)
+    finished_texts: int = 0
+    cancelled: bool = False
+
+    @property
+    def done(self) -> bool:
+        """True once every text has been scored."""
+        return self.finished_texts == len(self.texts)
+
+    def result(self) -> ScoreResult:
+        """Reduce each text's log-probabilities as the request asked."""
+        scores = []
+        for text in self.texts:
+            total = math.fsum(text.logprobs)
+            if self.request.reduction == "sum" or not text.logprobs:
+                scores.append(total)
+            else:
+                scores.append(total / len(text.logprobs))
+        per_token = (
+            tuple(tuple(t.logprobs) for t in self.texts)
+            if self.request.return_token_logprobs
+            else None
+        )
+        return ScoreResult(
+            scores=tuple(scores),
+            token_logprobs=per_token,
+            n_tokens=sum(len(t.tokens) for t in self.texts),
+        )

@@ -1,0 +1,25 @@
+"""POST /v1/score/evaluation: logit-based scores, one per text, in request order."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from edgeserve import responses, validation
+from edgeserve.errors import EngineError
+from edgeserve.http.handlers.common import authenticated_body
+from edgeserve.http.keys import ENGINE, LIMITS, RECORD
+
+
+async def score_evaluation(request: web.Request) -> web.Response:
+    """Validate, score in the engine thread (batched with chat), answer as the reference."""
+    body = await authenticated_body(request)
+    req = validation.parse_score_request(body)
+    work = validation.prepare_score(req, request.app[LIMITS])
+    try:
+        result = await request.app[ENGINE].score(work)
+    except EngineError as exc:
+        raise validation.engine_error(exc) from exc
+    request[RECORD].prompt_tokens = result.n_tokens
+    per_token = [list(t) for t in result.token_logprobs] if result.token_logprobs else None
+    text = responses.score_body(responses.new_score_id(), req.model, list(result.scores), per_token)
+    return web.Response(body=text, content_type="application/json")
