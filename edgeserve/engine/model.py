@@ -16,8 +16,9 @@ _llama_log = logging.getLogger("edgeserve.llama")
 
 # ggml levels: 1 debug, 2 info (chatty load details, kept at debug here), 3 warn, 4 error, 5 cont.
 _LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
-# Most logit rows one llama_decode may return (sizes llama.cpp's output buffers).
-OUTPUT_ROWS = 64
+# Tokens (and logit rows) per score decode: a multiple of the CPU kernels' row blocks, so a
+# chunked text gives the same rows as a lone decode.
+SCORE_CHUNK = 64
 # While a model loads, llama.cpp's errors are collected here (not logged) so that a failed load
 # is reported as one line that includes llama.cpp's own first complaint.
 _load_errors: list[str] | None = None
@@ -50,7 +51,8 @@ class ModelLoadError(RuntimeError):
 
 
 class LoadedModel:
-    """A llama.cpp model plus one context sized for continuous batching.
+    """A llama.cpp model, a context sized for continuous batching, and (made on first use) a
+    one-sequence context for scoring.
 
     Owned by the engine thread; only `metadata`, `n_ctx` and friends are safe to read elsewhere.
     """
@@ -81,23 +83,10 @@ class LoadedModel:
         self.n_layer = lc.llama_model_n_layer(model)
         pooling = self.metadata.get(f"{self.architecture}.pooling_type")
         self.is_classifier = pooling == str(lc.LLAMA_POOLING_TYPE_RANK)
-
-        cparams = lc.llama_context_default_params()
-        cparams.n_ctx = config.n_ctx
-        cparams.n_batch = config.n_batch
-        cparams.n_ubatch = config.n_batch
-        cparams.n_seq_max = config.parallel
-        cparams.n_outputs_max = max(config.parallel, OUTPUT_ROWS)
-        cparams.n_outputs_max_per_seq = 0
-        threads = config.n_threads or 1
-        cparams.n_threads = threads
-        cparams.n_threads_batch = threads
-        cparams.kv_unified = True
-        cparams.no_perf = True
-        cparams.flash_attn_type = (
-            lc.LLAMA_FLASH_ATTN_TYPE_ENABLED
-            if config.flash_attn
-            else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        self.n_threads = config.n_threads or 1
+        # A generation step needs at most one logit row per sequence.
+        cparams = self._context_params(
+            n_seq=config.parallel, n_batch=config.n_batch, n_outputs=config.parallel
         )
         ctx = lc.llama_init_from_model(model, cparams)
         if not ctx:
@@ -110,11 +99,11 @@ class LoadedModel:
         self._stack.callback(lc.llama_free, ctx)
         self.memory = lc.llama_get_memory(ctx)
         self.n_ctx = lc.llama_n_ctx(ctx)
-        self.n_outputs_max = cparams.n_outputs_max
         self.add_bos = bool(lc.llama_vocab_get_add_bos(self.vocab))
         self.bos = lc.llama_vocab_bos(self.vocab)
         self.gpu_offload = bool(lc.llama_supports_gpu_offload())
         self.n_gpu_layers = min(self.n_layer + 1, mparams.n_gpu_layers) if self.gpu_offload else 0
+        self._score_ctx: tuple[Any, Any] | None = None
         self._pieces: dict[int, bytes] = {}
         self._piece_buf = ctypes.create_string_buffer(256)
         log.info(
@@ -124,8 +113,28 @@ class LoadedModel:
             self.n_vocab,
             self.n_ctx,
             config.parallel,
-            threads,
+            self.n_threads,
         )
+
+    def _context_params(self, *, n_seq: int, n_batch: int, n_outputs: int) -> Any:
+        config = self.config
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = config.n_ctx
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = n_batch
+        cparams.n_seq_max = n_seq
+        cparams.n_outputs_max = n_outputs
+        cparams.n_outputs_max_per_seq = 0
+        cparams.n_threads = self.n_threads
+        cparams.n_threads_batch = self.n_threads
+        cparams.kv_unified = True
+        cparams.no_perf = True
+        cparams.flash_attn_type = (
+            lc.LLAMA_FLASH_ATTN_TYPE_ENABLED
+            if config.flash_attn
+            else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
+        return cparams
 
     @property
     def architecture(self) -> str:
@@ -175,8 +184,19 @@ class LoadedModel:
         """True for end-of-generation tokens (EOS, EOT, <end_of_turn> …)."""
         return bool(lc.llama_vocab_is_eog(self.vocab, token))
 
+    def score_context(self) -> tuple[Any, Any]:
+        """(context, memory) for scoring: one sequence, SCORE_CHUNK rows, made on first use."""
+        if self._score_ctx is None:
+            cparams = self._context_params(n_seq=1, n_batch=SCORE_CHUNK, n_outputs=SCORE_CHUNK)
+            ctx = lc.llama_init_from_model(self.model, cparams)
+            if not ctx:
+                raise RuntimeError("llama.cpp could not create the scoring context")
+            self._stack.callback(lc.llama_free, ctx)
+            self._score_ctx = (ctx, lc.llama_get_memory(ctx))
+        return self._score_ctx
+
     def close(self) -> None:
-        """Free the context and the model."""
+        """Free the contexts and the model."""
         self._stack.close()
 
 

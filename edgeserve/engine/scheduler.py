@@ -10,9 +10,9 @@ plus `n × min(max_tokens, n_ctx / parallel)` cells; a request alone in the engi
 admitted. If the unified KV cache still runs out, the longest running choice ends with
 `length`.
 
-Score requests share the same steps: one text at a time takes a sequence, and each step puts
-one chunk of it at the front of the batch (see `_fill_scoring` for why), requesting logits only
-for rows that predict a scored token.
+Score requests share the thread: their texts are decoded one at a time in a separate scoring
+context (see `_decode_once`), in chunks that alternate with generation steps, requesting logits
+only for rows that predict a scored token.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import numpy as np
 
 from edgeserve.engine.batch import TokenBatch
 from edgeserve.engine.chat_template import ChatTemplate, resolve_template
-from edgeserve.engine.model import LoadedModel
+from edgeserve.engine.model import SCORE_CHUNK, LoadedModel
 from edgeserve.engine.sampling import build_sampler, free_sampler
 from edgeserve.engine.scoring import ScoreJob, TextState, target_logprob
 from edgeserve.engine.sequence import Choice, Job, Sink
@@ -52,8 +52,6 @@ from edgeserve.errors import (
 
 log = logging.getLogger("edgeserve.engine")
 
-ROW_ALIGN = 8
-
 
 class Engine:
     """Owns the engine thread. `submit` and `cancel` are safe to call from any thread."""
@@ -75,6 +73,7 @@ class Engine:
         self._scoring: list[ScoreJob] = []
         self._free_seqs: list[int] = list(range(config.parallel - 1, -1, -1))
         self._reserved = 0
+        self._score_turn = True
         self._next_id = 0
         self._outbox: dict[Any, list[tuple[Callable[[Any], None], Any]]] = {}
         self._thread = threading.Thread(target=self._run, name="edgeserve-engine", daemon=True)
@@ -276,7 +275,7 @@ class Engine:
 
     def _can_admit(self, job: Job | ScoreJob) -> bool:
         if isinstance(job, ScoreJob):
-            return bool(self._free_seqs)
+            return True
         if len(self._free_seqs) < job.request.n:
             return False
         return not self._active or self._reserved + job.reserve <= self.config.n_ctx
@@ -310,8 +309,6 @@ class Engine:
             self._pending -= 1
         elif isinstance(job, ScoreJob):
             if job in self._scoring:
-                for text in list(job.in_flight):
-                    self._release_text(job, text)
                 self._scoring.remove(job)
         elif job in self._active:
             for choice in job.choices:
@@ -319,15 +316,25 @@ class Engine:
                     self._finish(job, choice, "abort")
 
     def _decode_once(self, batch: TokenBatch) -> None:
-        """Build one batch from every active job, decode it, sample every output row."""
+        """One llama_decode: a score chunk or a generation batch, alternating when both wait.
+
+        Scores must equal a lone decode of each text, and llama.cpp's CPU kernels do not give
+        bit-identical rows across batch compositions or KV cache layouts. So texts are decoded
+        one at a time, alone in the model's separate scoring context; chat streams only need
+        to stay valid, and keep their own context and cache.
+        """
+        batch.clear()
+        if self._scoring and (not self._active or self._score_turn):
+            self._score_turn = False
+            self._score_step(batch)
+        else:
+            self._score_turn = True
+            self._generation_step(batch)
+
+    def _generation_step(self, batch: TokenBatch) -> None:
+        """Next token of every running choice, then prompt chunks, in one decode."""
         model = self.model
         assert model is not None
-        batch.clear()
-        decoding = sum(1 for j in self._active if not j.prefilling for c in j.choices if not c.done)
-        finishing = sum(1 for j in self._active if j.prefilling)
-        scored = self._fill_scoring(
-            batch, model.n_outputs_max - decoding - finishing, batch.capacity - decoding
-        )
         stepping: list[tuple[int, Job, Choice]] = []
         for job in self._active:
             if job.prefilling:
@@ -350,16 +357,9 @@ class Engine:
             )
             prefills.append((job, take, start + take - 1 if last else None))
         if batch.n == 0:
-            self._collect_scores(scored)
             return
-        rc = batch.decode(model.ctx)
-        if rc == 1:
-            for text, _, pos0, _ in scored:
-                text.fed = pos0
-            self._evict_longest()
+        if not self._decode(batch):
             return
-        if rc != 0:
-            raise RuntimeError(f"llama_decode failed with status {rc}")
         for idx, job, choice in stepping:
             choice.n_past += 1
             if not job.cancelled:
@@ -376,81 +376,45 @@ class Engine:
             for choice in job.choices:
                 self._on_token(job, choice, lc.llama_sampler_sample(choice.sampler, model.ctx, idx))
         self._active = [j for j in self._active if not j.finished]
-        self._collect_scores(scored)
 
-    def _fill_scoring(
-        self, batch: TokenBatch, rows_left: int, room: int
-    ) -> list[tuple[TextState, int, int, list[int]]]:
-        """Put one chunk of one score text at the START of the batch.
-
-        Scores must equal a text decoded on its own: llama.cpp's CPU matmuls group rows in
-        blocks, so a chunk starts at batch row 0 and, unless it ends the text, spans a multiple
-        of ROW_ALIGN rows — the text's rows then fall in the same blocks as in a lone decode.
-        """
-        for job in self._scoring:
-            text = next((t for t in job.in_flight if t.fed < len(t.tokens)), None)
-            text = text or self._start_text(job)
-            if text is None:
-                continue
-            remaining = len(text.tokens) - text.fed
-            take = min(remaining, room, rows_left)
-            if take < remaining:
-                take -= take % ROW_ALIGN
-            if take <= 0:
-                return []
+    def _score_step(self, batch: TokenBatch) -> None:
+        """One chunk (SCORE_CHUNK tokens, or the tail) of the oldest score request's text."""
+        model = self.model
+        assert model is not None
+        job = self._scoring[0]
+        text = job.current_text()
+        if text is not None:
+            ctx, memory = model.score_context()
+            if text.fed == 0:
+                lc.llama_memory_clear(memory, True)
+            take = min(len(text.tokens) - text.fed, SCORE_CHUNK)
             outs = text.outputs_in(text.fed, take)
-            start = batch.add_span(
-                text.tokens[text.fed : text.fed + take], text.fed, text.seq_id, outs
-            )
-            text.fed += take
-            return [(text, start, text.fed - take, outs)]
-        return []
-
-    def _start_text(self, job: ScoreJob) -> TextState | None:
-        """Give the job's next text a sequence, if one is free and its KV cells fit."""
-        model = self.model
-        assert model is not None
-        while job.next_text < len(job.texts):
-            text = job.texts[job.next_text]
-            if text.n_rows == 0:
-                job.next_text += 1
-                job.finished_texts += 1
-                continue
-            busy = self._active or any(j.in_flight for j in self._scoring)
-            if not self._free_seqs or (busy and self._reserved + len(text.tokens) > model.n_ctx):
-                return None
-            job.next_text += 1
-            text.seq_id = self._free_seqs.pop()
-            self._reserved += len(text.tokens)
-            job.in_flight.append(text)
-            return text
-        return None
-
-    def _collect_scores(self, scored: list[tuple[TextState, int, int, list[int]]]) -> None:
-        """Reduce each requested row to its target's log-probability; finish complete texts."""
-        model = self.model
-        assert model is not None
-        for text, start, pos0, outs in scored:
+            batch.add_span(text.tokens[text.fed : text.fed + take], text.fed, 0, outs)
+            rc = batch.decode(ctx)
+            if rc != 0:
+                raise RuntimeError(f"llama_decode (scoring) failed with status {rc}")
             for off in outs:
                 row = np.ctypeslib.as_array(
-                    lc.llama_get_logits_ith(model.ctx, start + off), shape=(model.n_vocab,)
+                    lc.llama_get_logits_ith(ctx, off), shape=(model.n_vocab,)
                 )
-                text.logprobs.append(target_logprob(row, text.tokens[pos0 + off + 1]))
-        for job in list(self._scoring):
-            for text in [t for t in job.in_flight if t.fed == len(t.tokens)]:
-                self._release_text(job, text)
-                job.finished_texts += 1
-            if job.done:
-                self._scoring.remove(job)
-                self._emit(job, job.result())
+                text.logprobs.append(target_logprob(row, text.tokens[text.fed + off + 1]))
+            text.fed += take
+            text = job.current_text()
+        if text is None:
+            self._scoring.pop(0)
+            self._emit(job, job.result())
 
-    def _release_text(self, job: ScoreJob, text: TextState) -> None:
+    def _decode(self, batch: TokenBatch) -> bool:
+        """Decode the batch; on a full KV cache end the longest choice and report False."""
         model = self.model
         assert model is not None
-        lc.llama_memory_seq_rm(model.memory, text.seq_id, -1, -1)
-        self._free_seqs.append(text.seq_id)
-        self._reserved -= len(text.tokens)
-        job.in_flight.remove(text)
+        rc = batch.decode(model.ctx)
+        if rc == 1:
+            self._evict_longest()
+            return False
+        if rc != 0:
+            raise RuntimeError(f"llama_decode failed with status {rc}")
+        return True
 
     def _evict_longest(self) -> None:
         """The KV cache is full (nothing was stored): end the choice that holds the most cells."""
@@ -518,8 +482,6 @@ class Engine:
             self._emit(job, exc)
         self._active = []
         for sjob in self._scoring:
-            for text in list(sjob.in_flight):
-                self._release_text(sjob, text)
             self._emit(sjob, exc)
         self._scoring = []
         self._pending = 0

@@ -30,7 +30,6 @@ class TextState:
     """One text of a score request while it is being decoded."""
 
     tokens: list[int]
-    seq_id: int = -1
     fed: int = 0
     logprobs: list[float] = field(default_factory=list)
 
@@ -53,15 +52,17 @@ class ScoreJob:
     request: ScoreRequest
     sink: Sink
     texts: list[TextState] = field(default_factory=list)
-    next_text: int = 0
-    in_flight: list[TextState] = field(default_factory=list)
-    finished_texts: int = 0
+    current: int = 0
     cancelled: bool = False
 
-    @property
-    def done(self) -> bool:
-        """True once every text has been scored."""
-        return self.finished_texts == len(self.texts)
+    def current_text(self) -> TextState | None:
+        """The text being decoded (texts with nothing to score are skipped); None when done."""
+        while self.current < len(self.texts):
+            text = self.texts[self.current]
+            if text.fed < len(text.tokens) and text.n_rows > 0:
+                return text
+            self.current += 1
+        return None
 
     def result(self) -> ScoreResult:
         """Reduce each text's log-probabilities as the request asked."""

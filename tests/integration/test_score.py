@@ -1,0 +1,124 @@
+"""Scores from /v1/score/evaluation against an independent computation with full logits."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+from llama_cpp import Llama
+
+from tests.integration.conftest import EOS_BAN
+
+TEXTS = [
+    "Hello world",
+    "The quick brown fox jumps over the lazy dog.",
+    "a",
+    "Paris",
+    "日本語のテキストです。",
+    "Emoji 😀 and accents: café, naïve, Zürich.",
+    "def add(a, b):\n    return a + b\n",
+    "1 2 3 4 5 6 7 8 9 10",
+    "    leading and trailing spaces    ",
+    "Line one.\nLine two.\n\nLine four.",
+    "Привет, как дела?",
+    "<start_of_turn> is plain text here",
+    "The mitochondria is the powerhouse of the cell.",
+    "SELECT * FROM users WHERE id = 42;",
+    "To be, or not to be, that is the question.",
+    "¿Dónde está la biblioteca?",
+    "x" * 40,
+    "The " + "very " * 90 + "long sentence ends here.",
+    " ".join(f"word{i}" for i in range(120)),
+    "Ωμέγα and ∑ maths ∫ symbols ≤ ≥",
+    "",
+]
+
+
+def reference_means(llm: Llama, texts: list[str]) -> list[float]:
+    """Mean log p(token | prefix) with every logit row, log-softmax in float64."""
+    out = []
+    for text in texts:
+        tokens = llm.tokenize(text.encode(), add_bos=True, special=False)
+        if len(tokens) < 2:
+            out.append(0.0)
+            continue
+        llm.reset()
+        llm.eval(tokens)
+        logits = np.array(llm.scores[: len(tokens) - 1], dtype=np.float64)
+        logits -= logits.max(axis=1, keepdims=True)
+        logsm = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+        out.append(float(np.mean([logsm[i, tokens[i + 1]] for i in range(len(tokens) - 1)])))
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(model_path) -> list[float]:
+    llm = Llama(str(model_path), logits_all=True, n_ctx=512, n_threads=2, verbose=False)
+    try:
+        return reference_means(llm, TEXTS)
+    finally:
+        llm.close()
+
+
+async def test_scores_match_full_logits_within_1e3(client, reference):
+    resp = await client.post("/v1/score/evaluation", json={"model": "rm", "messages": TEXTS})
+    assert resp.status == 200
+    body = await resp.json()
+    assert body["object"] == "score.evaluation" and body["model"] == "rm"
+    scores = body["scores"]
+    assert len(scores) == len(TEXTS)
+    diffs = [abs(a - b) for a, b in zip(scores, reference, strict=True)]
+    assert max(diffs) < 1e-3, diffs
+    assert scores[-1] == 0.0, "an empty text has no scored token"
+
+
+async def test_sum_and_token_logprobs(client):
+    body = {"model": "m", "messages": TEXTS[:3], "return_token_logprobs": True}
+    mean = await (await client.post("/v1/score/evaluation", json=body)).json()
+    total = await (
+        await client.post("/v1/score/evaluation", json={**body, "reduction": "sum"})
+    ).json()
+    for m, s, per in zip(mean["scores"], total["scores"], mean["token_logprobs"], strict=True):
+        assert s == pytest.approx(sum(per), abs=1e-9)
+        assert m == pytest.approx(sum(per) / len(per), abs=1e-9)
+
+
+async def test_max_length_truncates(client, engine):
+    text = TEXTS[-2]
+    full = await (
+        await client.post("/v1/score/evaluation", json={"model": "m", "messages": [text]})
+    ).json()
+    cut = await (
+        await client.post(
+            "/v1/score/evaluation",
+            json={"model": "m", "messages": [text], "max_length": 5, "return_token_logprobs": True},
+        )
+    ).json()
+    assert len(cut["token_logprobs"][0]) == 4, "5 tokens with BOS leave 4 scored tokens"
+    assert cut["scores"][0] != full["scores"][0]
+
+
+async def test_scoring_while_chat_streams_run(client):
+    chat = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "Tell a story."}],
+        "max_tokens": 24,
+        "logit_bias": EOS_BAN,
+        "stream": True,
+    }
+
+    async def stream() -> bytes:
+        return await (await client.post("/v1/chat/completions", json=chat)).read()
+
+    texts = [TEXTS[1], TEXTS[5], TEXTS[-3]]
+
+    async def score() -> list[float]:
+        resp = await client.post("/v1/score/evaluation", json={"model": "m", "messages": texts})
+        return (await resp.json())["scores"]
+
+    alone = await score()
+    results = await asyncio.gather(stream(), score(), stream(), score())
+    for raw in results[0::2]:
+        assert raw.endswith(b"data: [DONE]\n\n")
+    assert results[1] == alone and results[3] == alone, "scores do not depend on the chat load"

@@ -1,0 +1,61 @@
+"""UTF-8 reassembly and stop-string hold-back."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgeserve.engine.detok import StopMatcher, Utf8Assembler
+
+
+def test_multibyte_character_split_across_pieces():
+    asm = Utf8Assembler()
+    data = "héllo 😀!".encode()
+    out = "".join(asm.feed(data[i : i + 1]) for i in range(len(data))) + asm.flush()
+    assert out == "héllo 😀!"
+
+
+def test_unfinished_character_is_held_then_replaced_at_the_end():
+    asm = Utf8Assembler()
+    assert asm.feed("😀".encode()[:2]) == ""
+    assert asm.flush() == "\ufffd"
+
+
+def test_invalid_bytes_become_replacement_characters():
+    asm = Utf8Assembler()
+    assert asm.feed(b"a\xffb") == "a\ufffdb"
+
+
+def run(stops: tuple[str, ...], pieces: list[str]) -> tuple[str, bool]:
+    matcher = StopMatcher(stops)
+    out = []
+    for piece in pieces:
+        text, hit = matcher.push(piece)
+        out.append(text)
+        if hit:
+            return "".join(out), True
+    return "".join(out) + matcher.flush(), False
+
+
+@pytest.mark.parametrize(
+    ("stops", "pieces", "expected", "hit"),
+    [
+        ((), ["a", "b"], "ab", False),
+        (("END",), ["hello ", "E", "N", "D", " more"], "hello ", True),
+        (("END",), ["hello E", "ND"], "hello ", True),
+        (("END",), ["hello EN", "d"], "hello ENd", False),
+        (("END",), ["xEN"], "xEN", False),
+        (("ab", "b"), ["xab"], "x", True),
+        (("ab", "xa"), ["xab"], "", True),
+        (("\n\n",), ["line\n", "\nnext"], "line", True),
+        (("",), ["keep"], "keep", False),
+    ],
+)
+def test_stop_matcher(stops, pieces, expected, hit):
+    assert run(stops, pieces) == (expected, hit)
+
+
+def test_partial_match_is_held_back_until_resolved():
+    matcher = StopMatcher(("STOP",))
+    assert matcher.push("abc ST") == ("abc ", False)
+    assert matcher.push("O") == ("", False)
+    assert matcher.push("x") == ("STOx", False)
