@@ -1,0 +1,1 @@
+"""Benchmarks for edgeserve (run with `make bench`); not part of the test suite."""
