@@ -131,6 +131,15 @@ class Engine:
             self._cancels.append(job)
             self._cond.notify()
 
+    def _left_queue(self) -> None:
+        """A request stopped waiting (admitted, rejected or cancelled)."""
+        with self._cond:
+            self._pending -= 1
+
+    def wait_stopped(self) -> None:
+        """Block until the engine thread has ended (after close, a failed load, or a crash)."""
+        self._thread.join()
+
     def stop_accepting(self) -> None:
         """Refuse new requests; admitted ones run to completion."""
         with self._cond:
@@ -270,7 +279,7 @@ class Engine:
         return tokens
 
     def _reject(self, job: Job | ScoreJob, exc: EngineError) -> None:
-        self._pending -= 1
+        self._left_queue()
         self._emit(job, exc)
 
     def _can_admit(self, job: Job | ScoreJob) -> bool:
@@ -285,7 +294,7 @@ class Engine:
         assert model is not None
         while self._waiting and self._can_admit(self._waiting[0]):
             job = self._waiting.popleft()
-            self._pending -= 1
+            self._left_queue()
             if isinstance(job, ScoreJob):
                 self._scoring.append(job)
                 continue
@@ -306,7 +315,7 @@ class Engine:
         job.cancelled = True
         if job in self._waiting:
             self._waiting.remove(job)
-            self._pending -= 1
+            self._left_queue()
         elif isinstance(job, ScoreJob):
             if job in self._scoring:
                 self._scoring.remove(job)

@@ -56,10 +56,13 @@ async def _serve(settings: Settings) -> int:
     if loading.done() and not loading.result():
         print(f"edgeserve: error: cannot load the model: {engine.load_error}", file=sys.stderr)
         code = 2
-    else:
-        if loading.done():
-            log.info("model loaded; ready")
-        await stopping
+    elif loading.done():
+        log.info("model loaded; ready")
+        engine_ended = asyncio.ensure_future(asyncio.to_thread(engine.wait_stopped))
+        await asyncio.wait({stopping, engine_ended}, return_when=asyncio.FIRST_COMPLETED)
+        if engine_ended.done() and not stopping.done():
+            log.error("the engine thread stopped unexpectedly; exiting so a supervisor restarts us")
+            code = 1
     stopping.cancel()
     log.info("shutting down: draining running requests (up to %.0fs)", settings.drain_timeout_s)
     engine.stop_accepting()
