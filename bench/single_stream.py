@@ -66,7 +66,9 @@ async def main() -> None:
     print(f"edgeserve single stream: {ours:.1f} tok/s (median of {args.runs}: {rates})")
     if args.llama_bench and args.model:
         tg = llama_bench_tg(args.llama_bench, args.model, args.threads, args.tokens)
-        print(f"llama-bench tg{args.tokens}: {tg:.1f} tok/s; edgeserve/llama-bench = {ours / tg:.3f}")
+        print(
+            f"llama-bench tg{args.tokens}: {tg:.1f} tok/s; edgeserve/llama-bench = {ours / tg:.3f}"
+        )
 
 
 if __name__ == "__main__":
