@@ -23,7 +23,7 @@ from edgeserve.engine.types import EngineConfig, ScoreRequest
 
 WORDS = (
     "the model reads a sentence and every token is scored given all the tokens before it "
-    "while the server keeps answering chat requests on the same machine without stalls"
+    "while the server keeps answering chat requests on the same machine"
 ).split()
 
 

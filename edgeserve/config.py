@@ -265,6 +265,10 @@ class Settings:
     max_tokens_cap: int | None = _setting(
         None, _integer(1), "largest max_tokens per request", "N", shown="bounded by the context"
     )
+    max_score_texts: int = _setting(256, _integer(1), "most texts in one score request", "N")
+    max_score_tokens: int = _setting(
+        65536, _integer(1), "most tokens (all texts) in one score request", "N"
+    )
     request_timeout_s: float = _setting(
         600.0, _seconds(allow_zero=False), "per-request time limit", "SECONDS"
     )
@@ -320,6 +324,7 @@ class Settings:
             flash_attn=self.flash_attn,
             use_mmap=not self.no_mmap,
             use_mlock=self.mlock,
+            max_score_tokens=self.max_score_tokens,
         )
 
 

@@ -265,6 +265,11 @@ class Engine:
                 self._reject(job, PromptTooLong(len(tokens), model.n_ctx, index=index))
                 return
             job.texts.append(TextState(tokens))
+        total = sum(len(t.tokens) for t in job.texts)
+        if total > self.config.max_score_tokens:
+            job.texts.clear()
+            self._reject(job, RequestTooLarge("tokens", total, self.config.max_score_tokens))
+            return
         self._waiting.append(job)
 
     def _tokenize(self, prompt: ChatPrompt | str) -> list[int]:

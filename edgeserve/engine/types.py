@@ -23,6 +23,7 @@ class EngineConfig:
     flash_attn: bool = False
     use_mmap: bool = True
     use_mlock: bool = False
+    max_score_tokens: int = 65536
 
 
 @dataclass(frozen=True)

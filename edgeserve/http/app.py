@@ -39,7 +39,10 @@ def create_app(
     app[SETTINGS] = settings
     app[ENGINE] = engine
     app[LIMITS] = limits or replace(
-        Limits.from_env(os.environ), max_n=settings.max_n, max_tokens=settings.max_tokens_cap
+        Limits.from_env(os.environ),
+        max_n=settings.max_n,
+        max_tokens=settings.max_tokens_cap,
+        max_score_texts=settings.max_score_texts,
     )
     prefixes = [""] + ([settings.root_path] if settings.root_path else [])
     paths = set()

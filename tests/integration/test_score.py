@@ -122,3 +122,31 @@ async def test_scoring_while_chat_streams_run(client):
     for raw in results[0::2]:
         assert raw.endswith(b"data: [DONE]\n\n")
     assert results[1] == alone and results[3] == alone, "scores do not depend on the chat load"
+
+
+async def test_request_limits_are_clear_400s(make_client):
+    client = await make_client(max_score_texts=3)
+    resp = await client.post("/v1/score/evaluation", json={"model": "m", "messages": ["a"] * 4})
+    assert resp.status == 400
+    assert "4" in (await resp.json())["detail"] and "3" in (await resp.json())["detail"]
+    many = ["word " * 1700] * 40
+    resp = await client.post("/v1/score/evaluation", json={"model": "m", "messages": many[:3]})
+    assert resp.status == 200
+    client = await make_client()
+    resp = await client.post("/v1/score/evaluation", json={"model": "m", "messages": many})
+    assert resp.status == 400
+    detail = (await resp.json())["detail"]
+    assert "tokens" in detail and "65536" in detail
+
+
+async def test_text_longer_than_the_context_names_index_and_counts(client, engine):
+    texts = ["short", "word " * 3000]
+    n_tokens = len(engine.model.tokenize(texts[1], add_special=True, parse_special=False))
+    resp = await client.post("/v1/score/evaluation", json={"model": "m", "messages": texts})
+    assert resp.status == 400
+    detail = (await resp.json())["detail"]
+    assert "messages[1]" in detail and "2048" in detail and str(n_tokens) in detail
+    resp = await client.post(
+        "/v1/score/evaluation", json={"model": "m", "messages": texts, "max_length": 64}
+    )
+    assert resp.status == 200
