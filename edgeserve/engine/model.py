@@ -52,7 +52,8 @@ class ModelLoadError(RuntimeError):
 
 class LoadedModel:
     """A llama.cpp model, a context sized for continuous batching, and (made on first use) a
-    one-sequence context for scoring.
+    one-sequence context for scoring. A classifier / reranker (rank pooling) gets only the
+    scoring context, with embeddings on; its scores are the head's `n_cls_out` outputs.
 
     Owned by the engine thread; only `metadata`, `n_ctx` and friends are safe to read elsewhere.
     """
@@ -84,10 +85,19 @@ class LoadedModel:
         pooling = self.metadata.get(f"{self.architecture}.pooling_type")
         self.is_classifier = pooling == str(lc.LLAMA_POOLING_TYPE_RANK)
         self.n_threads = config.n_threads or 1
-        # A generation step needs at most one logit row per sequence.
-        cparams = self._context_params(
-            n_seq=config.parallel, n_batch=config.n_batch, n_outputs=config.parallel
-        )
+        self.n_cls_out = lc.llama_model_n_cls_out(model) if self.is_classifier else 0
+        if self.is_classifier:
+            # Non-causal: a whole text must fit one ubatch, and the position table ends at
+            # n_ctx_train. The one context is the scoring context.
+            n_ctx = min(config.n_ctx, self.n_ctx_train)
+            cparams = self._context_params(n_seq=1, n_batch=n_ctx, n_outputs=n_ctx, n_ctx=n_ctx)
+            cparams.embeddings = True
+            cparams.pooling_type = lc.LLAMA_POOLING_TYPE_RANK
+        else:
+            # A generation step needs at most one logit row per sequence.
+            cparams = self._context_params(
+                n_seq=config.parallel, n_batch=config.n_batch, n_outputs=config.parallel
+            )
         ctx = lc.llama_init_from_model(model, cparams)
         if not ctx:
             self._stack.close()
@@ -99,11 +109,11 @@ class LoadedModel:
         self._stack.callback(lc.llama_free, ctx)
         self.memory = lc.llama_get_memory(ctx)
         self.n_ctx = lc.llama_n_ctx(ctx)
+        self._score_ctx: tuple[Any, Any] | None = (ctx, self.memory) if self.is_classifier else None
         self.add_bos = bool(lc.llama_vocab_get_add_bos(self.vocab))
         self.bos = lc.llama_vocab_bos(self.vocab)
         self.gpu_offload = bool(lc.llama_supports_gpu_offload())
         self.n_gpu_layers = min(self.n_layer + 1, mparams.n_gpu_layers) if self.gpu_offload else 0
-        self._score_ctx: tuple[Any, Any] | None = None
         self._pieces: dict[int, bytes] = {}
         self._piece_buf = ctypes.create_string_buffer(256)
         log.info(
@@ -116,10 +126,12 @@ class LoadedModel:
             self.n_threads,
         )
 
-    def _context_params(self, *, n_seq: int, n_batch: int, n_outputs: int) -> Any:
+    def _context_params(
+        self, *, n_seq: int, n_batch: int, n_outputs: int, n_ctx: int | None = None
+    ) -> Any:
         config = self.config
         cparams = lc.llama_context_default_params()
-        cparams.n_ctx = config.n_ctx
+        cparams.n_ctx = n_ctx or config.n_ctx
         cparams.n_batch = n_batch
         cparams.n_ubatch = n_batch
         cparams.n_seq_max = n_seq

@@ -191,7 +191,8 @@ class Engine:
             self._loaded.set()
             return
         self._loaded.set()
-        batch = TokenBatch(self.config.n_batch)
+        model = self.model
+        batch = TokenBatch(model.n_ctx if model.is_classifier else self.config.n_batch)
         try:
             while self._step(batch):
                 pass
@@ -264,7 +265,7 @@ class Engine:
             if len(tokens) > model.n_ctx:
                 self._reject(job, PromptTooLong(len(tokens), model.n_ctx, index=index))
                 return
-            job.texts.append(TextState(tokens))
+            job.texts.append(TextState(tokens, classify=model.is_classifier))
         total = sum(len(t.tokens) for t in job.texts)
         if total > self.config.max_score_tokens:
             job.texts.clear()
@@ -397,7 +398,10 @@ class Engine:
         assert model is not None
         job = self._scoring[0]
         text = job.current_text()
-        if text is not None:
+        if text is not None and model.is_classifier:
+            self._classify(batch, text)
+            text = job.current_text()
+        elif text is not None:
             ctx, memory = model.score_context()
             if text.fed == 0:
                 lc.llama_memory_clear(memory, True)
@@ -417,6 +421,21 @@ class Engine:
         if text is None:
             self._scoring.pop(0)
             self._emit(job, job.result())
+
+    def _classify(self, batch: TokenBatch, text: TextState) -> None:
+        """A classifier scores a whole text in one decode: the head's first output."""
+        model = self.model
+        assert model is not None
+        if model.memory:
+            lc.llama_memory_clear(model.memory, True)
+        n = len(text.tokens)
+        batch.add_span(text.tokens, 0, 0, range(n))
+        rc = batch.decode(model.ctx)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode (classifier) failed with status {rc}")
+        head = lc.llama_get_embeddings_seq(model.ctx, 0)
+        text.logprobs.append(float(head[0]))
+        text.fed = n
 
     def _decode(self, batch: TokenBatch) -> bool:
         """Decode the batch; on a full KV cache end the longest choice and report False."""

@@ -5,6 +5,9 @@ predicts t(p+1), so rows 0 … L-2 are requested and each is reduced at once to
 log p(t(p+1) | t0 … tp): nothing of size n_tokens × n_vocab is ever held. Without BOS the first
 token has nothing to be predicted from and is not scored. A text with no scored token (empty,
 or one token without BOS) scores 0.0: the log-probability of an empty continuation.
+
+A classifier / reranker model instead reads the whole text at once, and its one "log-prob" is
+the head's first output logit, so mean and sum are that logit.
 """
 
 from __future__ import annotations
@@ -30,12 +33,15 @@ class TextState:
     """One text of a score request while it is being decoded."""
 
     tokens: list[int]
+    classify: bool = False
     fed: int = 0
     logprobs: list[float] = field(default_factory=list)
 
     @property
     def n_rows(self) -> int:
-        """Rows that predict a scored token."""
+        """Rows that predict a scored token (for a classifier: 1, the pooled head)."""
+        if self.classify:
+            return 1 if self.tokens else 0
         return max(0, len(self.tokens) - 1)
 
     def outputs_in(self, start: int, count: int) -> list[int]:

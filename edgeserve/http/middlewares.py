@@ -114,6 +114,14 @@ def prepare_stream_headers(request: web.Request, response: web.StreamResponse) -
     _add_cors_headers(response, origin if allowed else None)
 
 
+def _slashless_url(request: web.Request) -> str:
+    """The absolute URL without the path's trailing slashes; the query string is kept byte for
+    byte, as Starlette's redirect_slashes does."""
+    target = str(request.url.with_path(request.path.rstrip("/")))
+    query = request.raw_path.partition("?")[2]
+    return f"{target}?{query}" if query else target
+
+
 @web.middleware
 async def api_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every client error leaves as `{"detail": …}` with the reference's status."""
@@ -124,8 +132,7 @@ async def api_errors(request: web.Request, handler: Handler) -> web.StreamRespon
     except web.HTTPNotFound:
         path = request.path
         if len(path) > 1 and path.endswith("/") and path.rstrip("/") in request.app[KNOWN_PATHS]:
-            location = str(request.url.with_path(path.rstrip("/")))
-            return web.Response(status=307, headers={"Location": location})
+            return web.Response(status=307, headers={"Location": _slashless_url(request)})
         return error_response(validation.not_found())
     except web.HTTPMethodNotAllowed as exc:
         return error_response(validation.method_not_allowed(sorted(exc.allowed_methods)))

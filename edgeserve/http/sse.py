@@ -21,6 +21,8 @@ SSE_HEADERS = {
     "Connection": "keep-alive",
     "X-Accel-Buffering": "no",
 }
+"""As sse-starlette sends them; `Connection` becomes `close` when the client asked to close
+(as uvicorn rewrites it), since aiohttp then closes the connection after the stream."""
 
 
 class EventStream:
@@ -32,7 +34,10 @@ class EventStream:
 
     def __init__(self, request: web.Request, ping_interval: float) -> None:
         self._request = request
-        self._response = web.StreamResponse(status=200, headers=SSE_HEADERS)
+        headers = dict(SSE_HEADERS)
+        if not request.keep_alive:
+            headers["Connection"] = "close"
+        self._response = web.StreamResponse(status=200, headers=headers)
         self._interval = ping_interval
         self._lock = asyncio.Lock()
         self._pinger: asyncio.Task[None] | None = None

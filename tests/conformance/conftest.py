@@ -1,0 +1,60 @@
+"""Conformance fixtures: the integration suite's app clients, plus a guard that keeps every
+media-URL check off the network."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import client, make_client, settings
+
+__all__ = ["client", "make_client", "settings"]
+
+_LOCAL_NAMES = frozenset({"localhost"})
+
+
+def _needs_no_network(host: object) -> bool:
+    """True for names the real resolver answers without asking a DNS server."""
+    if not isinstance(host, str) or host.lower() in _LOCAL_NAMES:
+        return True
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        pass
+    else:
+        return True
+    try:
+        socket.inet_aton(host)  # the numbers-and-dots forms getaddrinfo parses itself
+    except OSError:
+        pass
+    else:
+        return True
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        return True  # the real getaddrinfo fails on this before any lookup
+    return False
+
+
+@pytest.fixture(autouse=True)
+def no_dns(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Answer `*.invalid` as every resolver must (RFC 6761: no such name) without sending a
+    query, pass literals and localhost to the real resolver, and fail the test on any other
+    name (a test that would have touched the internet)."""
+    real = socket.getaddrinfo
+    unexpected: list[str] = []
+
+    def guarded(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if _needs_no_network(host):
+            return real(host, *args, **kwargs)
+        if not host.lower().endswith(".invalid"):
+            unexpected.append(host)
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", guarded)
+    yield unexpected
+    assert not unexpected, f"tried to resolve public names: {unexpected}"
