@@ -126,7 +126,7 @@ class Detail:
     )
     PROMPT_TOO_LONG = (
         "The prompt is {n_prompt} tokens but the context window is {n_ctx} tokens; "
-        "shorten the messages or lower max_tokens."
+        "shorten the messages (it must leave room for at least one new token)."
     )
     TEXT_TOO_LONG = (
         "Text {index} (messages[{index}]) is {n_prompt} tokens but the context window is "

@@ -60,7 +60,7 @@ BETWEEN = '"{n}" must be between {lo} and {hi}, got {v}.'
 # The prompt's token count depends on the chat template; the rest is byte-exact.
 PROMPT_TOO_LONG = re.compile(
     r"The prompt is (30\d\d) tokens but the context window is 2048 tokens; "
-    r"shorten the messages or lower max_tokens\."
+    r"shorten the messages \(it must leave room for at least one new token\)\."
 )
 PARSE = "There was an error parsing the body"
 

@@ -991,7 +991,7 @@ ROUTING = [
         engine_error(errors.PromptTooLong(5000, 4096)),
         400,
         "The prompt is 5000 tokens but the context window is 4096 tokens; "
-        "shorten the messages or lower max_tokens.",
+        "shorten the messages (it must leave room for at least one new token).",
         {},
     ),
     (
