@@ -165,36 +165,33 @@ async def test_eight_concurrent_streams_complete(client):
         assert text
 
 
+async def wait_for_busy_slots(client, wanted: int, tries: int = 100) -> int:
+    """Poll /health until busy_slots == wanted (or give up); return the last value seen."""
+    busy = -1
+    for _ in range(tries):
+        busy = (await (await client.get("/health")).json())["busy_slots"]
+        if busy == wanted:
+            break
+        await asyncio.sleep(0.05)
+    return busy
+
+
 async def test_disconnect_mid_stream_frees_the_slot(client):
     body = chat(max_tokens=400, temperature=0, logit_bias=EOS_BAN, stream=True)
     resp = await client.post("/v1/chat/completions", json=body)
     await resp.content.readuntil(b"\n\n")
     await resp.content.readuntil(b"\n\n")
-    health = await (await client.get("/health")).json()
-    assert health["busy_slots"] == 1
+    assert (await (await client.get("/health")).json())["busy_slots"] == 1
     resp.close()
-    for _ in range(100):
-        health = await (await client.get("/health")).json()
-        if health["busy_slots"] == 0:
-            break
-        await asyncio.sleep(0.05)
-    assert health["busy_slots"] == 0
+    assert await wait_for_busy_slots(client, 0) == 0
 
 
 async def test_disconnect_non_stream_frees_the_slot(client):
     body = chat(max_tokens=400, temperature=0, logit_bias=EOS_BAN)
     task = asyncio.create_task(client.post("/v1/chat/completions", json=body))
-    for _ in range(100):
-        if (await (await client.get("/health")).json())["busy_slots"] == 1:
-            break
-        await asyncio.sleep(0.02)
+    assert await wait_for_busy_slots(client, 1) == 1
     task.cancel()
-    for _ in range(100):
-        health = await (await client.get("/health")).json()
-        if health["busy_slots"] == 0:
-            break
-        await asyncio.sleep(0.05)
-    assert health["busy_slots"] == 0
+    assert await wait_for_busy_slots(client, 0) == 0
 
 
 async def test_context_overflow_is_400_naming_both_counts(client):
