@@ -132,3 +132,5 @@ class EngineStats:
     n_gpu_layers: int
     kv_cells_used: int = 0
     draining: bool = False
+    prefix_cache_hits: int = 0
+    prefix_cached_tokens: int = 0
