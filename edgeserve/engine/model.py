@@ -140,6 +140,9 @@ class LoadedModel:
         cparams.n_threads = self.n_threads
         cparams.n_threads_batch = self.n_threads
         cparams.kv_unified = True
+        # Full-size sliding-window caches keep every position, so a cached prompt prefix stays
+        # reusable on models with sliding-window attention (Gemma 3).
+        cparams.swa_full = True
         cparams.no_perf = True
         cparams.flash_attn_type = (
             lc.LLAMA_FLASH_ATTN_TYPE_ENABLED

@@ -32,6 +32,7 @@ from edgeserve.engine.model import SCORE_CHUNK, LoadedModel
 from edgeserve.engine.sampling import build_sampler, free_sampler
 from edgeserve.engine.scoring import ScoreJob, TextState, target_logprob
 from edgeserve.engine.sequence import Choice, Job, Sink
+from edgeserve.engine.slots import SlotPool
 from edgeserve.engine.types import (
     ChatPrompt,
     EngineConfig,
@@ -71,7 +72,9 @@ class Engine:
         self._waiting: deque[Job | ScoreJob] = deque()
         self._active: list[Job] = []
         self._scoring: list[ScoreJob] = []
-        self._free_seqs: list[int] = list(range(config.parallel - 1, -1, -1))
+        self._slots = SlotPool(config.parallel)
+        self._prefix_hits = 0
+        self._prefix_tokens = 0
         self._reserved = 0
         self._score_turn = True
         self._next_id = 0
@@ -157,7 +160,7 @@ class Engine:
     def stats(self) -> EngineStats:
         """A snapshot for /health and /metrics (reads plain ints; no locking needed)."""
         model = self.model
-        busy = self.config.parallel - len(self._free_seqs)
+        busy = self.config.parallel - len(self._slots)
         return EngineStats(
             loaded=self.loaded,
             n_ctx=model.n_ctx if model else self.config.n_ctx,
@@ -168,6 +171,8 @@ class Engine:
             n_gpu_layers=model.n_gpu_layers if model else 0,
             kv_cells_used=sum(c.n_past for j in list(self._active) for c in j.choices),
             draining=not self._accepting,
+            prefix_cache_hits=self._prefix_hits,
+            prefix_cached_tokens=self._prefix_tokens,
         )
 
     # ---- the thread -----------------------------------------------------------------------
@@ -291,7 +296,7 @@ class Engine:
     def _can_admit(self, job: Job | ScoreJob) -> bool:
         if isinstance(job, ScoreJob):
             return True
-        if len(self._free_seqs) < job.request.n:
+        if len(self._slots) < job.request.n:
             return False
         return not self._active or self._reserved + job.reserve <= self.config.n_ctx
 
@@ -304,16 +309,55 @@ class Engine:
             if isinstance(job, ScoreJob):
                 self._scoring.append(job)
                 continue
+            lead, common = self._slots.take_best(job.tokens)
+            job.cached = self._reuse_prefix(lead, common, len(job.tokens))
+            job.prefilled = job.cached
+            seqs = [lead] + [self._take_cleared() for _ in range(job.request.n - 1)]
             params = job.request.params
-            for i in range(job.request.n):
+            for i, seq in enumerate(seqs):
                 sampler = build_sampler(params, model.n_vocab, seed_offset=i)
-                job.choices.append(
-                    Choice(
-                        index=i, seq_id=self._free_seqs.pop(), sampler=sampler, stops=params.stop
-                    )
-                )
+                job.choices.append(Choice(index=i, seq_id=seq, sampler=sampler, stops=params.stop))
+            job.choices[0].n_past = job.cached
+            if job.cached:
+                self._prefix_hits += 1
+                self._prefix_tokens += job.cached
             self._reserved += job.reserve
             self._active.append(job)
+            while self._reserved + self._slots.cached_cells > model.n_ctx and self._evict_cache():
+                pass
+
+    def _reuse_prefix(self, seq: int, common: int, n_prompt: int) -> int:
+        """Keep the first `common` cached cells of `seq` (at least one prompt token is always
+        decoded again, for its logits); drop the rest. Returns how many were kept."""
+        model = self.model
+        assert model is not None
+        common = min(common, n_prompt - 1)
+        if (
+            common > 0
+            and lc.llama_memory_seq_pos_min(model.memory, seq) == 0
+            and lc.llama_memory_seq_rm(model.memory, seq, common, -1)
+        ):
+            return common
+        lc.llama_memory_seq_rm(model.memory, seq, -1, -1)
+        return 0
+
+    def _take_cleared(self) -> int:
+        """A free sequence with its cached cells dropped."""
+        model = self.model
+        assert model is not None
+        seq = self._slots.take_any()
+        lc.llama_memory_seq_rm(model.memory, seq, -1, -1)
+        return seq
+
+    def _evict_cache(self) -> bool:
+        """Drop the least recently used prompt cache; False when none is left."""
+        model = self.model
+        assert model is not None
+        seq = self._slots.evict_lru()
+        if seq is None:
+            return False
+        lc.llama_memory_seq_rm(model.memory, seq, -1, -1)
+        return True
 
     def _abort(self, job: Job | ScoreJob) -> None:
         if job.cancelled:
@@ -443,7 +487,8 @@ class Engine:
         assert model is not None
         rc = batch.decode(model.ctx)
         if rc == 1:
-            self._evict_longest()
+            if not self._evict_cache():
+                self._evict_longest()
             return False
         if rc != 0:
             raise RuntimeError(f"llama_decode failed with status {rc}")
@@ -465,6 +510,7 @@ class Engine:
         model = self.model
         assert model is not None
         choice.n_gen += 1
+        choice.generated.append(token)
         if model.is_eog(token):
             self._emit_text(job, choice, self._drain_text(choice))
             self._finish(job, choice, "stop")
@@ -493,10 +539,10 @@ class Engine:
         assert model is not None
         choice.done = True
         free_sampler(choice.sampler)
-        lc.llama_memory_seq_rm(model.memory, choice.seq_id, -1, -1)
-        self._free_seqs.append(choice.seq_id)
+        held = (job.tokens + choice.generated)[: choice.n_past]
+        self._slots.give_back(choice.seq_id, held)
         if reason != "abort":
-            self._emit(job, Finished(choice.index, reason, choice.n_gen))
+            self._emit(job, Finished(choice.index, reason, choice.n_gen, job.cached))
         if job.finished:
             self._reserved -= job.reserve
 

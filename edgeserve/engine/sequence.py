@@ -31,6 +31,7 @@ class Choice:
     n_gen: int = 0
     last_token: int = -1
     done: bool = False
+    generated: list[int] = field(default_factory=list)
     assembler: Utf8Assembler = field(default_factory=Utf8Assembler)
     stopper: StopMatcher = field(init=False)
 
@@ -49,6 +50,7 @@ class Job:
     max_new: int = 0
     reserve: int = 0
     prefilled: int = 0
+    cached: int = 0
     choices: list[Choice] = field(default_factory=list)
     cancelled: bool = False
 

@@ -109,6 +109,7 @@ class Finished:
     index: int
     reason: FinishReason
     completion_tokens: int
+    cached_tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,16 @@ from typing import Any
 
 import pytest
 
-from tests.conformance.wire import CHAT, EOS_BAN, EOS_NOW, USER, Reply, chat, post
+from tests.conformance.wire import (
+    CHAT,
+    EOS_BAN,
+    EOS_NOW,
+    USER,
+    Reply,
+    chat,
+    post,
+    reference_usage,
+)
 
 EVENT = re.compile(rb"data: ([^\n]*)\n\n|: ping - ([^\n]*)\n\n")
 PING_TIME = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d{6})?\+00:00")
@@ -62,12 +71,8 @@ def check_stream(reply: Reply, *, usage: bool = False) -> tuple[list[dict[str, A
         assert chunk["object"] == "chat.completion.chunk"
     if usage:
         *chunks, last = chunks
-        assert last["choices"] == [] and list(last["usage"]) == [
-            "prompt_tokens",
-            "completion_tokens",
-            "total_tokens",
-        ]
-        usage_numbers = last["usage"]
+        assert last["choices"] == []
+        usage_numbers = reference_usage(last["usage"])
         assert usage_numbers["total_tokens"] == (
             usage_numbers["prompt_tokens"] + usage_numbers["completion_tokens"]
         )
@@ -134,7 +139,7 @@ async def test_stream_options_include_usage(client, include):
         usage = chunks[-1]["usage"]
         assert usage["completion_tokens"] == 4
         plain = await post(client, CHAT, {**body, "stream": False, "stream_options": None})
-        assert usage == plain.json()["usage"]
+        assert reference_usage(usage) == reference_usage(plain.json()["usage"])
         assert b'"choices": [], "usage": {"prompt_tokens": ' in reply.body
     else:
         assert b'"usage"' not in reply.body

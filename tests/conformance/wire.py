@@ -99,3 +99,14 @@ def assert_error(reply: Reply, status: int, body: bytes) -> None:
     assert (reply.status, reply.body) == (status, body), reply.body.decode("utf-8", "replace")
     assert reply.headers["Content-Type"] == JSON
     assert reply.headers["Content-Length"] == str(len(body))
+
+
+def reference_usage(usage: dict[str, Any]) -> dict[str, Any]:
+    """The reference's three usage keys, in order; edgeserve may add `prompt_tokens_details`
+    (OpenAI's field) after them when its prefix cache reused part of the prompt."""
+    keys = list(usage)
+    assert keys[:3] == ["prompt_tokens", "completion_tokens", "total_tokens"], keys
+    if keys[3:]:
+        assert keys[3:] == ["prompt_tokens_details"], keys
+        assert 0 < usage["prompt_tokens_details"]["cached_tokens"] < usage["prompt_tokens"]
+    return {key: usage[key] for key in keys[:3]}

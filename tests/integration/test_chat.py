@@ -230,3 +230,23 @@ async def test_bad_input_is_4xx_json(client):
         resp = await client.post("/v1/chat/completions", data=raw, headers={"Content-Type": ctype})
         assert resp.status == status, (raw, await resp.text())
         assert "detail" in await resp.json()
+
+
+async def test_second_turn_reuses_the_first_turns_cache(client):
+    first = chat(max_tokens=8, temperature=0, logit_bias=EOS_BAN)
+    first["messages"] = [{"role": "user", "content": "Name three colours of the rainbow."}]
+    one = await (await client.post("/v1/chat/completions", json=first)).json()
+    answer = one["choices"][0]["message"]["content"]
+    second = {
+        **first,
+        "messages": [
+            *first["messages"],
+            {"role": "assistant", "content": answer},
+            {"role": "user", "content": "And two more?"},
+        ],
+    }
+    two = await (await client.post("/v1/chat/completions", json=second)).json()
+    cached = two["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert one["usage"]["prompt_tokens"] - 1 <= cached < two["usage"]["prompt_tokens"]
+    health = await (await client.get("/health")).json()
+    assert health["busy_slots"] == 0

@@ -44,6 +44,7 @@ async def _collect(
     texts = [""] * req.n
     reasons = ["length"] * req.n
     completion = 0
+    cached = 0
     first: float | None = None
     async for event in gen.events():
         if isinstance(event, TextDelta):
@@ -52,6 +53,7 @@ async def _collect(
         else:
             reasons[event.index] = event.reason
             completion += event.completion_tokens
+            cached = event.cached_tokens
     _record(request, info, completion, started, first)
     body = responses.chat_completion_body(
         responses.new_completion_id(),
@@ -59,7 +61,7 @@ async def _collect(
         list(zip(texts, reasons, strict=True)),
         info.prompt_tokens,
         completion,
-        None,
+        cached or None,
     )
     return web.Response(body=body, content_type="application/json")
 
@@ -74,6 +76,7 @@ async def _stream(
     cid = responses.new_completion_id()
     created = int(time.time())
     completion = 0
+    cached = 0
     first: float | None = None
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     stream = EventStream(request, request.app[SETTINGS].ping_interval_s)
@@ -88,6 +91,7 @@ async def _stream(
                 else:
                     assert isinstance(event, Finished)
                     completion = event.completion_tokens
+                    cached = event.cached_tokens
                     chunk = responses.finish_chunk(cid, req.model, created, event.reason)
                 if not await stream.send(chunk):
                     return stream.response
@@ -97,7 +101,9 @@ async def _stream(
             await stream.send(responses.sse_event("[DONE]"))
             return stream.response
         if include_usage:
-            usage = responses.usage_chunk(cid, req.model, created, info.prompt_tokens, completion)
+            usage = responses.usage_chunk(
+                cid, req.model, created, info.prompt_tokens, completion, cached or None
+            )
             await stream.send(usage)
         await stream.send(responses.sse_event("[DONE]"))
         _record(request, info, completion, started, first)

@@ -1,0 +1,69 @@
+"""Free sequence ids and the prompt cache they carry.
+
+A finished sequence keeps its KV cells: the tokens it holds are remembered here, and the next
+request that starts with the same tokens (a second chat turn re-sending the first) takes that
+sequence and decodes only what is new. Pure bookkeeping; the scheduler does the llama.cpp calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token lists."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class SlotPool:
+    """The free sequence ids, each with the tokens whose KV it still holds."""
+
+    def __init__(self, n_seq: int) -> None:
+        self._held: dict[int, list[int]] = {seq: [] for seq in range(n_seq)}
+        self._last_used: dict[int, int] = dict.fromkeys(range(n_seq), 0)
+        self._clock = 0
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    @property
+    def cached_cells(self) -> int:
+        """KV cells held by free sequences (evictable)."""
+        return sum(len(tokens) for tokens in self._held.values())
+
+    def take_best(self, tokens: Sequence[int]) -> tuple[int, int]:
+        """Take the free sequence sharing the longest prefix with `tokens`.
+
+        Returns (seq_id, reusable prefix length); on ties, or with no match at all, the least
+        recently used sequence is taken. The caller drops the cells past the prefix.
+        """
+        best = max(
+            self._held,
+            key=lambda s: (common_prefix(self._held[s], tokens), -self._last_used[s]),
+        )
+        return best, common_prefix(self._held.pop(best), tokens)
+
+    def take_any(self) -> int:
+        """Take the least recently used free sequence (the caller clears its cells)."""
+        seq = min(self._held, key=lambda s: (self._last_used[s], len(self._held[s])))
+        del self._held[seq]
+        return seq
+
+    def give_back(self, seq: int, tokens: list[int]) -> None:
+        """Return a sequence whose KV holds exactly `tokens` (positions 0..len-1)."""
+        self._clock += 1
+        self._last_used[seq] = self._clock
+        self._held[seq] = tokens
+
+    def evict_lru(self) -> int | None:
+        """Forget the least recently used non-empty cache; return its sequence id (to clear)."""
+        holding = [s for s, tokens in self._held.items() if tokens]
+        if not holding:
+            return None
+        seq = min(holding, key=lambda s: self._last_used[s])
+        self._held[seq] = []
+        return seq

@@ -1,0 +1,46 @@
+"""The free-sequence pool and its prompt cache (bookkeeping only)."""
+
+from __future__ import annotations
+
+from edgeserve.engine.slots import SlotPool, common_prefix
+
+
+def test_common_prefix():
+    assert common_prefix([1, 2, 3], [1, 2, 4]) == 2
+    assert common_prefix([], [1]) == 0
+    assert common_prefix([1, 2], [1, 2, 3]) == 2
+
+
+def test_takes_the_longest_matching_cache():
+    pool = SlotPool(3)
+    a, _ = pool.take_best([9])
+    b, _ = pool.take_best([9])
+    pool.give_back(a, [1, 2, 3, 4])
+    pool.give_back(b, [1, 2, 7])
+    seq, common = pool.take_best([1, 2, 3, 5])
+    assert (seq, common) == (a, 3)
+    assert len(pool) == 2
+
+
+def test_no_match_takes_the_least_recently_used():
+    pool = SlotPool(2)
+    first = pool.take_any()
+    second = pool.take_any()
+    pool.give_back(first, [5])
+    pool.give_back(second, [6])
+    seq, common = pool.take_best([7])
+    assert (seq, common) == (first, 0)
+
+
+def test_cached_cells_and_eviction_order():
+    pool = SlotPool(2)
+    a = pool.take_any()
+    b = pool.take_any()
+    pool.give_back(a, [1, 2, 3])
+    pool.give_back(b, [4, 5])
+    assert pool.cached_cells == 5
+    assert pool.evict_lru() == a
+    assert pool.cached_cells == 2
+    assert pool.evict_lru() == b
+    assert pool.evict_lru() is None
+    assert len(pool) == 2
