@@ -16,6 +16,7 @@ from edgeserve.engine.types import (
     ScoreRequest,
     ScoreResult,
     TextDelta,
+    TokenLogprob,
 )
 from edgeserve.errors import EngineError
 
@@ -62,13 +63,13 @@ class Generation:
         assert isinstance(event, PromptInfo)
         return event
 
-    async def events(self) -> AsyncIterator[TextDelta | Finished]:
-        """Yield text deltas and finishes until every choice has finished."""
+    async def events(self) -> AsyncIterator[TextDelta | TokenLogprob | Finished]:
+        """Yield text deltas (and token log-probs, when asked) until every choice finished."""
         while self._open:
             event = await self._next()
             if isinstance(event, Finished):
                 self._open -= 1
-            assert isinstance(event, TextDelta | Finished)
+            assert isinstance(event, TextDelta | TokenLogprob | Finished)
             yield event
 
 

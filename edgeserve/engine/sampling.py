@@ -6,21 +6,47 @@ import random
 from typing import Any
 
 import llama_cpp as lc
+from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
 
-from edgeserve.engine.types import SamplingParams
+from edgeserve.engine.types import GrammarSpec, SamplingParams
+from edgeserve.errors import InvalidPrompt
 
 PENALTY_LAST_N = 64
 
 
-def build_sampler(params: SamplingParams, n_vocab: int, seed_offset: int = 0) -> Any:
+def grammar_text(spec: GrammarSpec) -> str:
+    """The GBNF source for a grammar spec (JSON schemas are converted by llama-cpp-python)."""
+    if spec.kind == "json_object":
+        return JSON_GBNF
+    if spec.kind == "json_schema":
+        try:
+            return json_schema_to_gbnf(spec.text)
+        except Exception as exc:  # the converter raises many kinds on unsupported schemas
+            raise InvalidPrompt(f"The JSON schema cannot be turned into a grammar: {exc}") from exc
+    return spec.text
+
+
+def grammar_sampler(vocab: Any, gbnf: str) -> Any:
+    """A grammar sampler for `gbnf` (rule `root`); InvalidPrompt when llama.cpp rejects it."""
+    sampler = lc.llama_sampler_init_grammar(vocab, gbnf.encode(), b"root")
+    if not sampler:
+        raise InvalidPrompt("The grammar could not be parsed; check its GBNF syntax.")
+    return sampler
+
+
+def build_sampler(
+    params: SamplingParams, vocab: Any, n_vocab: int, seed_offset: int = 0, gbnf: str | None = None
+) -> Any:
     """Return a new sampler chain (free it with `free_sampler`).
 
     Seeds are taken modulo LLAMA_DEFAULT_SEED, which llama.cpp reads as "pick one at random".
-
-    Order: logit bias → penalties → (greedy | top-k → top-p → min-p → temperature → dist).
-    `seed_offset` gives sibling choices of one `n>1` request distinct but reproducible streams.
+    Order: grammar → logit bias → penalties → (greedy | top-k → top-p → min-p → temperature →
+    dist). `seed_offset` gives sibling choices of one `n>1` request distinct but reproducible
+    streams; `gbnf` is the request's grammar, already compiled once by `grammar_text`.
     """
     chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
+    if gbnf is not None:
+        lc.llama_sampler_chain_add(chain, grammar_sampler(vocab, gbnf))
     bias = {t: b for t, b in params.logit_bias.items() if 0 <= t < n_vocab}
     if bias:
         arr = (lc.llama_logit_bias * len(bias))()

@@ -29,8 +29,8 @@ import numpy as np
 from edgeserve.engine.batch import TokenBatch
 from edgeserve.engine.chat_template import ChatTemplate, resolve_template
 from edgeserve.engine.model import SCORE_CHUNK, LoadedModel
-from edgeserve.engine.sampling import build_sampler, free_sampler
-from edgeserve.engine.scoring import ScoreJob, TextState, target_logprob
+from edgeserve.engine.sampling import build_sampler, free_sampler, grammar_sampler, grammar_text
+from edgeserve.engine.scoring import ScoreJob, TextState, logsumexp, target_logprob
 from edgeserve.engine.sequence import Choice, Job, Sink
 from edgeserve.engine.slots import SlotPool
 from edgeserve.engine.types import (
@@ -42,6 +42,7 @@ from edgeserve.engine.types import (
     PromptInfo,
     ScoreRequest,
     TextDelta,
+    TokenLogprob,
 )
 from edgeserve.errors import (
     EngineError,
@@ -244,6 +245,10 @@ class Engine:
             return
         try:
             job.tokens = self._tokenize(job.request.prompt)
+            spec = job.request.params.grammar
+            if spec is not None:
+                job.gbnf = grammar_text(spec)
+                free_sampler(grammar_sampler(model.vocab, job.gbnf))
         except EngineError as exc:
             self._reject(job, exc)
             return
@@ -315,7 +320,9 @@ class Engine:
             seqs = [lead] + [self._take_cleared() for _ in range(job.request.n - 1)]
             params = job.request.params
             for i, seq in enumerate(seqs):
-                sampler = build_sampler(params, model.n_vocab, seed_offset=i)
+                sampler = build_sampler(
+                    params, model.vocab, model.n_vocab, seed_offset=i, gbnf=job.gbnf
+                )
                 job.choices.append(Choice(index=i, seq_id=seq, sampler=sampler, stops=params.stop))
             job.choices[0].n_past = job.cached
             if job.cached:
@@ -422,7 +429,7 @@ class Engine:
         for idx, job, choice in stepping:
             choice.n_past += 1
             if not job.cancelled:
-                self._on_token(job, choice, lc.llama_sampler_sample(choice.sampler, model.ctx, idx))
+                self._on_token(job, choice, idx)
         for job, take, idx in prefills:
             job.prefilled += take
             lead = job.choices[0]
@@ -433,7 +440,7 @@ class Engine:
                 lc.llama_memory_seq_cp(model.memory, lead.seq_id, choice.seq_id, -1, -1)
                 choice.n_past = lead.n_past
             for choice in job.choices:
-                self._on_token(job, choice, lc.llama_sampler_sample(choice.sampler, model.ctx, idx))
+                self._on_token(job, choice, idx)
         self._active = [j for j in self._active if not j.finished]
 
     def _score_step(self, batch: TokenBatch) -> None:
@@ -505,12 +512,17 @@ class Engine:
         self._finish(job, choice, "length")
         self._active = [j for j in self._active if not j.finished]
 
-    def _on_token(self, job: Job, choice: Choice, token: int) -> None:
-        """Account for a sampled token: end of generation, stop string, limits, or go on."""
+    def _on_token(self, job: Job, choice: Choice, idx: int) -> None:
+        """Sample batch row `idx` for `choice`, then account for the token: end of
+        generation, stop string, limits, or go on."""
         model = self.model
         assert model is not None
+        token = lc.llama_sampler_sample(choice.sampler, model.ctx, idx)
         choice.n_gen += 1
         choice.generated.append(token)
+        top_n = job.request.params.logprobs
+        if top_n is not None and not model.is_eog(token):
+            self._emit(job, self._token_logprob(choice.index, idx, token, top_n))
         if model.is_eog(token):
             self._emit_text(job, choice, self._drain_text(choice))
             self._finish(job, choice, "stop")
@@ -524,6 +536,20 @@ class Engine:
             self._finish(job, choice, "length")
         else:
             choice.last_token = token
+
+    def _token_logprob(self, index: int, idx: int, token: int, top_n: int) -> TokenLogprob:
+        """The sampled token's log-probability from batch row `idx`'s raw logits, read in place
+        (no copy of the row), and the `top_n` most likely tokens."""
+        model = self.model
+        assert model is not None
+        row = np.ctypeslib.as_array(lc.llama_get_logits_ith(model.ctx, idx), shape=(model.n_vocab,))
+        lse = logsumexp(row)
+        top: tuple[tuple[bytes, float], ...] = ()
+        if top_n > 0:
+            best = np.argpartition(row, -top_n)[-top_n:]
+            best = best[np.argsort(row[best])[::-1]]
+            top = tuple((model.piece(int(t)), float(row[t]) - lse) for t in best)
+        return TokenLogprob(index, model.piece(token), float(row[token]) - lse, top)
 
     @staticmethod
     def _drain_text(choice: Choice) -> str:

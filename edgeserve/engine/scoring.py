@@ -21,11 +21,15 @@ from edgeserve.engine.sequence import Sink
 from edgeserve.engine.types import ScoreRequest, ScoreResult
 
 
-def target_logprob(row: np.ndarray, target: int) -> float:
-    """log softmax(row)[target], with max subtraction and a float64 sum."""
+def logsumexp(row: np.ndarray) -> float:
+    """log(sum(exp(row))), with max subtraction and a float64 sum."""
     peak = float(row.max())
-    total = float(np.exp(row - peak).sum(dtype=np.float64))
-    return float(row[target]) - peak - math.log(total)
+    return peak + math.log(float(np.exp(row - peak).sum(dtype=np.float64)))
+
+
+def target_logprob(row: np.ndarray, target: int) -> float:
+    """log softmax(row)[target]."""
+    return float(row[target]) - logsumexp(row)
 
 
 @dataclass(eq=False)

@@ -51,6 +51,7 @@ class Job:
     reserve: int = 0
     prefilled: int = 0
     cached: int = 0
+    gbnf: str | None = None
     choices: list[Choice] = field(default_factory=list)
     cancelled: bool = False
 

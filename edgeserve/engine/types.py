@@ -35,6 +35,14 @@ class ChatTurn:
 
 
 @dataclass(frozen=True)
+class GrammarSpec:
+    """Constrained output: a GBNF grammar, any JSON object, or JSON matching a JSON schema."""
+
+    kind: Literal["gbnf", "json_object", "json_schema"]
+    text: str = ""
+
+
+@dataclass(frozen=True)
 class SamplingParams:
     """Per-sequence sampling; `temperature <= 0` or `do_sample=False` means greedy."""
 
@@ -50,6 +58,8 @@ class SamplingParams:
     logit_bias: dict[int, float] = field(default_factory=dict)
     stop: tuple[str, ...] = ()
     do_sample: bool = True
+    grammar: GrammarSpec | None = None
+    logprobs: int | None = None
 
     @property
     def greedy(self) -> bool:
@@ -100,6 +110,17 @@ class TextDelta:
 
     index: int
     text: str
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """Sent per sampled token when `SamplingParams.logprobs` is set: the token's log-probability
+    under the model (before sampling adjustments) and the `logprobs` most likely alternatives."""
+
+    index: int
+    token: bytes
+    logprob: float
+    top: tuple[tuple[bytes, float], ...] = ()
 
 
 @dataclass(frozen=True)

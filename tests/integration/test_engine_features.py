@@ -1,0 +1,89 @@
+"""Engine features the HTTP layer builds on: grammars and token log-probabilities."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from edgeserve.engine.client import EngineClient
+from edgeserve.engine.types import (
+    ChatPrompt,
+    ChatTurn,
+    Finished,
+    GenerationRequest,
+    GrammarSpec,
+    SamplingParams,
+    TextDelta,
+    TokenLogprob,
+)
+from edgeserve.errors import InvalidPrompt
+
+ASK = ChatPrompt(messages=(ChatTurn("user", "Describe a cat as JSON."),))
+
+
+async def run(engine, params: SamplingParams) -> tuple[str, list[TokenLogprob], str]:
+    text, logprobs, reason = "", [], ""
+    async with EngineClient(engine).generate(GenerationRequest(ASK, params)) as gen:
+        await gen.admitted()
+        async for event in gen.events():
+            if isinstance(event, TextDelta):
+                text += event.text
+            elif isinstance(event, TokenLogprob):
+                logprobs.append(event)
+            else:
+                assert isinstance(event, Finished)
+                reason = event.reason
+    return text, logprobs, reason
+
+
+async def test_json_schema_grammar_output_parses_and_validates(engine):
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+        "additionalProperties": False,
+    }
+    params = SamplingParams(
+        max_tokens=60, temperature=0, grammar=GrammarSpec("json_schema", json.dumps(schema))
+    )
+    text, _, reason = await run(engine, params)
+    assert reason == "stop", text
+    value = json.loads(text)
+    assert set(value) == {"name", "age"}
+    assert isinstance(value["name"], str) and isinstance(value["age"], int)
+
+
+async def test_json_object_grammar(engine):
+    params = SamplingParams(max_tokens=80, temperature=0, grammar=GrammarSpec("json_object"))
+    text, _, reason = await run(engine, params)
+    if reason == "stop":
+        assert isinstance(json.loads(text), dict)
+    else:
+        assert text.lstrip().startswith("{")
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [GrammarSpec("gbnf", "root ::= ("), GrammarSpec("json_schema", '{"type": "nonsense"}')],
+)
+async def test_bad_grammars_are_rejected_before_generation(engine, spec):
+    params = SamplingParams(max_tokens=4, grammar=spec)
+    with pytest.raises(InvalidPrompt):
+        async with EngineClient(engine).generate(GenerationRequest(ASK, params)) as gen:
+            await gen.admitted()
+
+
+async def test_token_logprobs_are_normalised_and_ranked(engine):
+    params = SamplingParams(max_tokens=6, temperature=0, logprobs=3, logit_bias={1: -100.0})
+    text, logprobs, _ = await run(engine, params)
+    assert len(logprobs) == 6
+    assert b"".join(lp.token for lp in logprobs).decode("utf-8", "replace").startswith(text[:1])
+    for lp in logprobs:
+        assert lp.logprob <= 0.0
+        assert len(lp.top) == 3
+        values = [v for _, v in lp.top]
+        assert values == sorted(values, reverse=True)
+        assert sum(math.exp(v) for v in values) <= 1.0 + 1e-6
+        assert lp.logprob == pytest.approx(values[0], abs=1e-6), "greedy picks the top token"
