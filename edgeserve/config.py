@@ -28,6 +28,7 @@ REPO_ROOT = Path(edgeserve.__file__).resolve().parents[1]
 NO_MODEL = "no model: run `make model` to install the default Gemma 3 270M, or pass --model PATH"
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMATS = ("text", "json")
+KV_CACHE_TYPES = ("f16", "q8_0", "q4_0")
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
@@ -260,6 +261,12 @@ class Settings:
         False, _boolean, "read the model into memory, no mmap", "BOOL", kind="switch"
     )
     mlock: bool = _setting(False, _boolean, "lock the model in RAM", "BOOL", kind="switch")
+    kv_cache_type: str = _setting(
+        "f16",
+        _choice(KV_CACHE_TYPES),
+        "KV cache element type (llama.cpp type_k and type_v); q8_0 and q4_0 need --flash-attn",
+        "|".join(KV_CACHE_TYPES),
+    )
     max_body_bytes: int = _setting(8 * 1024 * 1024, _integer(1), "largest request body", "BYTES")
     max_n: int = _setting(16, _integer(1), "largest `n` (choices) per request", "N")
     max_tokens_cap: int | None = _setting(
@@ -296,6 +303,13 @@ class Settings:
     log_level: str = _setting(
         "info", _choice(LOG_LEVELS), "log level: " + ", ".join(LOG_LEVELS), "LEVEL"
     )
+    log_prompts: bool = _setting(
+        False,
+        _boolean,
+        "log each chat prompt's text at debug level (never logged otherwise)",
+        "BOOL",
+        kind="switch",
+    )
     config: str | None = _setting(
         None,
         _text,
@@ -325,6 +339,7 @@ class Settings:
             use_mmap=not self.no_mmap,
             use_mlock=self.mlock,
             max_score_tokens=self.max_score_tokens,
+            kv_cache_type=self.kv_cache_type,
         )
 
 
@@ -498,6 +513,12 @@ def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     if "api_key_file" in values:
         keys = (*values.get("api_keys", ()), *read_api_key_file(Path(values["api_key_file"])))
         values["api_keys"] = tuple(dict.fromkeys(keys))
+    kv_type = values.get("kv_cache_type", "f16")
+    if kv_type != "f16" and not values.get("flash_attn", False):
+        raise ConfigError(
+            f"--kv-cache-type {kv_type} needs --flash-attn: llama.cpp quantizes the V cache "
+            "only with flash attention"
+        )
     return Settings(**values)
 
 

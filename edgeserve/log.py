@@ -16,6 +16,7 @@ ROOT = "edgeserve"
 ACCESS = "edgeserve.access"  # one line per request
 HTTP = "edgeserve.http"
 ENGINE = "edgeserve.engine"
+PROMPTS = "edgeserve.prompts"  # prompt text, only with --log-prompts (at debug level)
 
 _HANDLER_NAME = "edgeserve"
 _RECORD_ATTRS = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
@@ -59,10 +60,12 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
-def setup_logging(level: str, fmt: str) -> None:
+def setup_logging(level: str, fmt: str, *, log_prompts: bool = False) -> None:
     """Log to stderr as `fmt` ("text" or "json"); `level` applies to edgeserve's loggers.
 
-    Other libraries log at WARNING or above. Calling it again replaces the earlier setup.
+    Other libraries log at WARNING or above. Prompt text (the PROMPTS logger, debug records)
+    is shown only with `log_prompts`, whatever `level` is; without it that logger is disabled.
+    Calling it again replaces the earlier setup.
     """
     numeric = logging.getLevelNamesMapping().get(level.upper())
     if numeric is None:
@@ -79,3 +82,6 @@ def setup_logging(level: str, fmt: str) -> None:
     root.addHandler(handler)
     root.setLevel(max(numeric, logging.WARNING))
     logging.getLogger(ROOT).setLevel(numeric)
+    prompts = logging.getLogger(PROMPTS)
+    prompts.setLevel(logging.DEBUG if log_prompts else logging.NOTSET)
+    prompts.disabled = not log_prompts

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -21,7 +22,11 @@ from edgeserve.protocol import (
     ChatCompletionResponseChoice,
     ChatCompletionStreamResponse,
     ChatCompletionStreamResponseChoice,
+    CompletionChoice,
+    CompletionResponse,
     Finish,
+    Function,
+    FunctionCall,
     ModelCard,
     ModelList,
     PromptTokensDetails,
@@ -29,11 +34,22 @@ from edgeserve.protocol import (
     ScoreEvaluationResponse,
     Usage,
 )
+from edgeserve.tool_calls import ToolCall
 
 
 def new_completion_id() -> str:
     """`chatcmpl-` + 32 lowercase hex digits."""
     return f"chatcmpl-{uuid.uuid4().hex}"
+
+
+def new_text_completion_id() -> str:
+    """`cmpl-` + 32 lowercase hex digits (legacy completions)."""
+    return f"cmpl-{uuid.uuid4().hex}"
+
+
+def new_tool_call_id() -> str:
+    """`call_` + 32 lowercase hex digits, fresh for every call (reference section 6)."""
+    return f"call_{uuid.uuid4().hex}"
 
 
 def new_score_id() -> str:
@@ -68,26 +84,99 @@ def chat_completion_body(
     cached_tokens: int | None,
     *,
     created: int | None = None,
+    tool_calls: Sequence[Sequence[ToolCall] | None] | None = None,
 ) -> bytes:
     """The non-stream response: `choices` are (text, engine finish reason) in index order.
 
-    `created` defaults to now.
+    `created` defaults to now. `tool_calls[i]`, when given and non-empty, makes choice i a tool
+    call answer (reference section 6): content null, the calls with fresh `call_<32 hex>` ids,
+    and finish_reason "tool_calls" whatever the engine's reason was.
     """
+    calls = list(tool_calls) if tool_calls is not None else [None] * len(choices)
     response = ChatCompletionResponse(
         id=id,
         created=int(time.time()) if created is None else created,
         model=model,
         choices=[
-            ChatCompletionResponseChoice(
-                index=index,
-                message=ChatCompletionMessage(role=Role.ASSISTANT, content=text),
-                finish_reason=wire_finish_reason(reason),
-            )
+            _chat_choice(index, text, reason, found)
+            for index, ((text, reason), found) in enumerate(zip(choices, calls, strict=True))
+        ],
+        usage=build_usage(prompt_tokens, completion_tokens, cached_tokens),
+    )
+    return response.model_dump_json().encode()
+
+
+def _chat_choice(
+    index: int, text: str, reason: str, calls: Sequence[ToolCall] | None
+) -> ChatCompletionResponseChoice:
+    if not calls:
+        message = ChatCompletionMessage(role=Role.ASSISTANT, content=text)
+        return ChatCompletionResponseChoice(
+            index=index, message=message, finish_reason=wire_finish_reason(reason)
+        )
+    wire_calls = [
+        FunctionCall(
+            id=new_tool_call_id(), function=Function(name=call.name, arguments=call.arguments)
+        )
+        for call in calls
+    ]
+    message = ChatCompletionMessage(role=Role.ASSISTANT, content=None, tool_calls=wire_calls)
+    return ChatCompletionResponseChoice(index=index, message=message, finish_reason=Finish.TOOL)
+
+
+def completion_body(
+    id: str,
+    model: str,
+    choices: list[tuple[str, str]],
+    prompt_tokens: int,
+    completion_tokens: int,
+    cached_tokens: int | None = None,
+    *,
+    created: int | None = None,
+) -> bytes:
+    """A legacy text completion: `choices` are (text, engine finish reason) in index order;
+    compact JSON, every field present (`logprobs` null). `created` defaults to now."""
+    response = CompletionResponse(
+        id=id,
+        created=int(time.time()) if created is None else created,
+        model=model,
+        choices=[
+            CompletionChoice(text=text, index=index, finish_reason=wire_finish_reason(reason))
             for index, (text, reason) in enumerate(choices)
         ],
         usage=build_usage(prompt_tokens, completion_tokens, cached_tokens),
     )
     return response.model_dump_json().encode()
+
+
+def completion_chunk(
+    id: str, model: str, created: int, index: int, text: str, finish_reason: str | None = None
+) -> bytes:
+    """One streamed completion event: new text for choice `index`, or (with the engine's
+    `finish_reason`) the choice's last event, whose text is usually empty."""
+    finish = None if finish_reason is None else wire_finish_reason(finish_reason)
+    choice = CompletionChoice(text=text, index=index, finish_reason=finish)
+    chunk = CompletionResponse(id=id, created=created, model=model, choices=[choice])
+    return sse_event(chunk.model_dump(mode="json", exclude={"usage"}))
+
+
+def completion_usage_chunk(
+    id: str,
+    model: str,
+    created: int,
+    prompt_tokens: int,
+    completion_tokens: int,
+    cached_tokens: int | None = None,
+) -> bytes:
+    """The stream_options.include_usage event of a completion stream: no choices, just usage."""
+    chunk = CompletionResponse(
+        id=id,
+        created=created,
+        model=model,
+        choices=[],
+        usage=build_usage(prompt_tokens, completion_tokens, cached_tokens),
+    )
+    return sse_event(chunk.model_dump(mode="json"))
 
 
 def sse_event(payload: dict[str, Any] | str) -> bytes:

@@ -7,12 +7,13 @@ The HTTP handlers call, in the reference's order (reference-api.md section 2):
     parse_*_request       JSON value → wire model     422 (FastAPI's item shape)
     check_can_generate    / check_can_score           405 "Not allowed"
     prepare_chat          wire model → engine request 400/403 (reference strings, then our own)
+    prepare_completion    wire model → engine requests 400 (POST /v1/completions, ours only)
     prepare_score         wire model → ScoreRequest   400
 
-plus engine_error (engine exceptions → 503/400), body_too_large (413), not_found (404) and
-method_not_allowed (405). Reference details are byte-exact; edgeserve's own messages (for inputs
-that crash the reference with a 500, for limits and for a text-only model) say what to change.
-All strings live in `Detail`.
+plus engine_error (engine exceptions → 503/400), body_too_large (413), not_found (404),
+method_not_allowed (405) and request_timeout (504, past --request-timeout-s). Reference details
+are byte-exact; edgeserve's own messages (for inputs that crash the reference with a 500, for
+limits and for a text-only model) say what to change. All strings live in `Detail`.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from edgeserve.engine.types import (
 from edgeserve.protocol import (
     ChatCompletionRequest,
     ChatMessage,
+    CompletionRequest,
     FunctionAvailable,
     MultimodalInputItem,
     Role,
@@ -112,6 +114,38 @@ class Detail:
         '"logit_bias" keys must be token ids written as decimal integers of at most 9 digits, '
         "got {key}."
     )
+    TOOL_CHOICE_INVALID = (
+        '"tool_choice" must be "none", "auto", "required" or '
+        '{{"type": "function", "function": {{"name": "..."}}}}, got {value}.'
+    )
+    TOOL_CHOICE_UNSUPPORTED = (
+        '"tool_choice": {value} is not supported yet (forcing a tool call needs '
+        'grammar-constrained sampling); use "auto" or leave it out.'
+    )
+    SUFFIX_UNSUPPORTED = (
+        '"suffix" is not supported (this server does no fill-in-the-middle); '
+        "leave it out or send null."
+    )
+    COMPLETION_LOGPROBS_UNSUPPORTED = (
+        '"logprobs" is not supported yet on /v1/completions; leave it out or send null.'
+    )
+    ECHO_SCORING_UNSUPPORTED = (
+        '"max_tokens": 0 with "echo" (scoring the prompt) is not supported yet; score texts '
+        'with POST /v1/score/evaluation ("return_token_logprobs": true gives per-token values), '
+        "or ask for at least 1 token."
+    )
+    BEST_OF_UNSUPPORTED = (
+        '"best_of" is not supported; leave it out or set it equal to "n" ({n}), got {value}.'
+    )
+    EMPTY_PROMPT_LIST = '"prompt" is an empty list; send a string or a list of strings.'
+    TOO_MANY_CHOICES = (
+        '"prompt" has {prompts} texts and "n" is {n}: {total} choices, but this server '
+        "allows at most {limit} per request; send fewer texts or lower n."
+    )
+    COMPLETION_PROMPT_TOO_LONG = (
+        "{where} is {n_prompt} tokens but the context window is {n_ctx} tokens; shorten it "
+        "(it must leave room for at least one new token)."
+    )
     JSON_SCHEMA_MISSING = (
         '"response_format" has type "json_schema" but no "json_schema"; add the schema object.'
     )
@@ -136,6 +170,10 @@ class Detail:
     BODY_TOO_LARGE = (
         "The request body is larger than this server's limit of {limit} bytes; "
         "send a smaller request."
+    )
+    REQUEST_TIMEOUT = (
+        "The request ran longer than this server's limit of {seconds:g} seconds and was "
+        "stopped; lower max_tokens, or retry when the server is less busy."
     )
     ENGINE_FAILED = "Internal Server Error"
 
@@ -315,6 +353,11 @@ def parse_chat_request(body: Any) -> ChatCompletionRequest:
     return _parse(ChatCompletionRequest, body)
 
 
+def parse_completion_request(body: Any) -> CompletionRequest:
+    """Validate a decoded body against the legacy completion schema; 422, FastAPI-shaped."""
+    return _parse(CompletionRequest, body)
+
+
 def parse_score_request(body: Any) -> ScoreEvaluationRequest:
     """Validate a decoded body against the score schema; 422 with every error, FastAPI-shaped."""
     return _parse(ScoreEvaluationRequest, body)
@@ -407,6 +450,7 @@ async def prepare_chat(req: ChatCompletionRequest, limits: Limits) -> Generation
         raise _bad(Detail.CANNOT_STREAM_N)
     if late:
         raise _bad(late[0])
+    _check_tool_choice(req.tool_choice)
     params = _sampling_params(req, limits)
     _check_unicode(
         [
@@ -419,6 +463,29 @@ async def prepare_chat(req: ChatCompletionRequest, limits: Limits) -> Generation
     )
     prompt = ChatPrompt(messages=tuple(turns), system=system, tools=tools)
     return GenerationRequest(prompt=prompt, params=params, n=req.n)
+
+
+def tool_calls_wanted(req: ChatCompletionRequest) -> bool:
+    """Whether the answer is parsed for tool calls: the request has tools and `tool_choice` is
+    not "none" (the tools are still shown to the model then, as OpenAI does)."""
+    return bool(req.tools) and req.tool_choice != "none"
+
+
+def _check_tool_choice(choice: Any) -> None:
+    """Absent, "none" and "auto" pass; "required" and a named function need a grammar that
+    forces the call, which the chat path does not build yet; anything else is malformed."""
+    if choice is None or choice in ("none", "auto"):
+        return
+    value = json.dumps(choice, ensure_ascii=False)
+    named = (
+        isinstance(choice, dict)
+        and choice.get("type") == "function"
+        and isinstance(choice.get("function"), dict)
+        and isinstance(choice["function"].get("name"), str)
+    )
+    if choice == "required" or named:
+        raise _bad(Detail.TOOL_CHOICE_UNSUPPORTED.format(value=value))
+    raise _bad(Detail.TOOL_CHOICE_INVALID.format(value=value))
 
 
 def _system_prompt(message: ChatMessage) -> str | None:
@@ -550,12 +617,31 @@ def _sampling_params(req: ChatCompletionRequest, limits: Limits) -> SamplingPara
     OpenAI's where it has one; seed is any int64 (the engine reduces it to its own width), and
     top_k is clamped to int32 (any value past the vocabulary size means "no top-k").
     """
+    token_field = "max_tokens" if req.max_completion_tokens is None else "max_completion_tokens"
+    params = _sampling(req, limits, token_field, getattr(req, token_field))
+    _check_range("top_logprobs", req.top_logprobs, low=0, high=20)
+    response_format = req.response_format
+    if (
+        response_format
+        and response_format.type == "json_schema"
+        and not response_format.json_schema
+    ):
+        raise _bad(Detail.JSON_SCHEMA_MISSING)
+    return params
+
+
+def _sampling(
+    req: ChatCompletionRequest | CompletionRequest,
+    limits: Limits,
+    token_field: str,
+    max_tokens: int | None,
+) -> SamplingParams:
+    """The checks and mapping chat and completions share (see _sampling_params); `max_tokens`
+    is the value of the field named `token_field` (None: only the context limits it)."""
     if req.n < 1:
         raise _bad(Detail.NOT_POSITIVE.format(name="n", value=req.n))
     if req.n > limits.max_n:
         raise _bad(Detail.OVER_LIMIT.format(name="n", value=req.n, limit=limits.max_n))
-    token_field = "max_tokens" if req.max_completion_tokens is None else "max_completion_tokens"
-    max_tokens = getattr(req, token_field)
     if max_tokens is not None and max_tokens < 1:
         raise _bad(Detail.NOT_POSITIVE.format(name=token_field, value=max_tokens))
     if max_tokens is not None and limits.max_tokens is not None and max_tokens > limits.max_tokens:
@@ -569,15 +655,7 @@ def _sampling_params(req: ChatCompletionRequest, limits: Limits) -> SamplingPara
     _check_range("min_p", req.min_p, low=0.0, high=1.0)
     _check_range("frequency_penalty", req.frequency_penalty, low=-2.0, high=2.0)
     _check_range("repetition_penalty", req.repetition_penalty, low=0.0, low_open=True)
-    _check_range("top_logprobs", req.top_logprobs, low=0, high=20)
     _check_range("seed", req.seed, low=-(2**63), high=2**63 - 1)
-    response_format = req.response_format
-    if (
-        response_format
-        and response_format.type == "json_schema"
-        and not response_format.json_schema
-    ):
-        raise _bad(Detail.JSON_SCHEMA_MISSING)
     do_sample = True if req.do_sample is None else req.do_sample
     temperature = 1.0 if req.temperature is None else req.temperature
     if req.n > 1:
@@ -656,6 +734,65 @@ def _is_encodable(text: str) -> bool:
     return True
 
 
+def prepare_completion(req: CompletionRequest, limits: Limits) -> list[GenerationRequest]:
+    """The legacy completion checks; one engine request per prompt text, in prompt order.
+
+    Order: an empty prompt list; the OpenAI features not implemented (`suffix`, `logprobs`,
+    `echo` with `max_tokens: 0`, `best_of` other than n); the sampling checks chat has (n,
+    max_tokens — whose default is OpenAI's 16, null meaning as many as fit —, ranges, logit_bias,
+    stop); the number of choices (texts × n) against the n limit; invalid Unicode. Each prompt is
+    raw text, tokenized with the model's BOS and no chat template.
+    """
+    prompts = [req.prompt] if isinstance(req.prompt, str) else list(req.prompt)
+    if not prompts:
+        raise _bad(Detail.EMPTY_PROMPT_LIST)
+    if req.suffix:
+        raise _bad(Detail.SUFFIX_UNSUPPORTED)
+    if req.logprobs is not None:
+        raise _bad(Detail.COMPLETION_LOGPROBS_UNSUPPORTED)
+    if req.echo and req.max_tokens == 0:
+        raise _bad(Detail.ECHO_SCORING_UNSUPPORTED)
+    if req.best_of is not None and req.best_of != req.n:
+        raise _bad(Detail.BEST_OF_UNSUPPORTED.format(n=req.n, value=req.best_of))
+    params = _sampling(req, limits, "max_tokens", req.max_tokens)
+    total = len(prompts) * req.n
+    if total > limits.max_n:
+        raise _bad(
+            Detail.TOO_MANY_CHOICES.format(
+                prompts=len(prompts), n=req.n, total=total, limit=limits.max_n
+            )
+        )
+    where = _prompt_names(len(prompts), isinstance(req.prompt, str))
+    _check_unicode(
+        [
+            ("model", req.model),
+            *zip(where, prompts, strict=True),
+            *(("stop", text) for text in params.stop),
+        ]
+    )
+    return [GenerationRequest(prompt=text, params=params, n=req.n) for text in prompts]
+
+
+def _prompt_names(count: int, single: bool) -> list[str]:
+    """How messages name each prompt text: "prompt", or "prompt[i]" for a list."""
+    return ["prompt"] if single else [f"prompt[{i}]" for i in range(count)]
+
+
+def completion_engine_error(
+    exc: errors.EngineError, index: int, count: int, single: bool
+) -> errors.ApiError:
+    """engine_error for prompt `index` of `count` of a completion request; a prompt that does
+    not fit the context is named as the request named it ("prompt" or "prompt[i]")."""
+    if isinstance(exc, errors.PromptTooLong):
+        where = _prompt_names(count, single)[index]
+        return _bad(
+            Detail.COMPLETION_PROMPT_TOO_LONG.format(
+                where=f'"{where}"', n_prompt=exc.n_prompt, n_ctx=exc.n_ctx
+            )
+        )
+    return engine_error(exc)
+
+
 def prepare_score(req: ScoreEvaluationRequest, limits: Limits) -> ScoreRequest:
     """The score endpoint's checks: "Invalid request" for no texts, then max_length and limits."""
     if not req.messages:
@@ -706,6 +843,11 @@ def engine_error(exc: errors.EngineError) -> errors.ApiError:
 def body_too_large(limit_bytes: int) -> errors.ApiError:
     """413 for a body over the configured size limit."""
     return errors.ApiError(413, Detail.BODY_TOO_LARGE.format(limit=limit_bytes))
+
+
+def request_timeout(seconds: float) -> errors.ApiError:
+    """504 for a request that ran past --request-timeout-s (its engine work was cancelled)."""
+    return errors.ApiError(504, Detail.REQUEST_TIMEOUT.format(seconds=seconds))
 
 
 def not_found() -> errors.ApiError:

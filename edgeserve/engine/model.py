@@ -149,6 +149,9 @@ class LoadedModel:
             if config.flash_attn
             else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
+        kv_type = getattr(lc, f"GGML_TYPE_{config.kv_cache_type.upper()}")  # f16, q8_0, q4_0
+        cparams.type_k = kv_type
+        cparams.type_v = kv_type
         return cparams
 
     @property

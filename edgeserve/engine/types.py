@@ -24,6 +24,7 @@ class EngineConfig:
     use_mmap: bool = True
     use_mlock: bool = False
     max_score_tokens: int = 65536
+    kv_cache_type: str = "f16"
 
 
 @dataclass(frozen=True)

@@ -11,17 +11,22 @@ from edgeserve.config import Settings
 from edgeserve.engine.client import EngineClient
 from edgeserve.http import middlewares
 from edgeserve.http.handlers.chat import chat_completions
+from edgeserve.http.handlers.completions import completions
 from edgeserve.http.handlers.health import health
+from edgeserve.http.handlers.metrics import prometheus_metrics
 from edgeserve.http.handlers.models import list_models
 from edgeserve.http.handlers.score import score_evaluation
-from edgeserve.http.keys import ENGINE, KNOWN_PATHS, LIMITS, SETTINGS
+from edgeserve.http.keys import ENGINE, KNOWN_PATHS, LIMITS, METRICS, SETTINGS
+from edgeserve.metrics import Metrics
 from edgeserve.validation import Limits
 
 ROUTES = (
     ("GET", "/v1/models", list_models),
     ("POST", "/v1/chat/completions", chat_completions),
+    ("POST", "/v1/completions", completions),
     ("POST", "/v1/score/evaluation", score_evaluation),
     ("GET", "/health", health),
+    ("GET", "/metrics", prometheus_metrics),
 )
 
 
@@ -38,6 +43,7 @@ def create_app(
     )
     app[SETTINGS] = settings
     app[ENGINE] = engine
+    app[METRICS] = Metrics(engine.stats)
     app[LIMITS] = limits or replace(
         Limits.from_env(os.environ),
         max_n=settings.max_n,

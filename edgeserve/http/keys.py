@@ -8,22 +8,30 @@ from aiohttp import web
 
 from edgeserve.config import Settings
 from edgeserve.engine.client import EngineClient
+from edgeserve.metrics import Metrics
 from edgeserve.validation import Limits
 
 
 @dataclass
 class RequestRecord:
-    """What a handler learned about its request, for the access log line."""
+    """What a handler learned about its request, for the access log line and the metrics.
+
+    `error_status` is set when a stream that had already answered 200 ended with an in-band
+    error event (e.g. 504 past --request-timeout-s).
+    """
 
     request_id: str
     prompt_tokens: int | None = None
+    cached_tokens: int = 0
     completion_tokens: int | None = None
     ttft_s: float | None = None
     gen_s: float | None = None
+    error_status: int | None = None
 
 
 SETTINGS = web.AppKey("edgeserve.settings", Settings)
 ENGINE = web.AppKey("edgeserve.engine", EngineClient)
 LIMITS = web.AppKey("edgeserve.limits", Limits)
+METRICS = web.AppKey("edgeserve.metrics", Metrics)
 KNOWN_PATHS = web.AppKey("edgeserve.known_paths", frozenset)
 RECORD = web.RequestKey("edgeserve.record", RequestRecord)

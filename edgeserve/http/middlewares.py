@@ -1,8 +1,9 @@
-"""Middlewares, outermost first: request context (id, access log, last-resort 500) → CORS →
+"""Middlewares, outermost first: request context (id, access log, metrics, last-resort 500) → CORS →
 API errors (ApiError and aiohttp's own 404/405/413 reshaped into `{"detail": …}`)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -12,7 +13,8 @@ from aiohttp.typedefs import Handler
 
 from edgeserve import responses, validation
 from edgeserve.errors import ApiError
-from edgeserve.http.keys import KNOWN_PATHS, RECORD, SETTINGS, RequestRecord
+from edgeserve.http.keys import KNOWN_PATHS, METRICS, RECORD, SETTINGS, RequestRecord
+from edgeserve.metrics import CLIENT_CLOSED, OTHER_ROUTE
 
 access_log = logging.getLogger("edgeserve.access")
 http_log = logging.getLogger("edgeserve.http")
@@ -32,7 +34,8 @@ def error_response(err: ApiError) -> web.Response:
 
 @web.middleware
 async def request_context(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Assign the request id, log one access line, and turn any escaped exception into 500."""
+    """Assign the request id, turn any escaped exception into 500, and observe the finished
+    request once: one access line and the metrics (499 when the client went away first)."""
     request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
     record = RequestRecord(request_id=request_id)
     request[RECORD] = record
@@ -41,6 +44,9 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
     try:
         response = await handler(request)
         status = response.status
+    except asyncio.CancelledError:
+        status = CLIENT_CLOSED
+        raise
     except Exception:
         http_log.exception(
             "unhandled error in %s %s [%s]", request.method, request.path, request_id
@@ -49,22 +55,43 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
             status=500, text="Internal Server Error", content_type="text/plain", charset="utf-8"
         )
     finally:
-        _log_access(request, record, status, time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        _log_access(request, record, status, elapsed)
+        request.app[METRICS].observe(_route(request), status, elapsed, record)
     if not response.prepared:
         response.headers["X-Request-Id"] = request_id
     return response
 
 
+def _route(request: web.Request) -> str:
+    """The `route` metrics label: the served path without the root_path prefix, or "other"."""
+    path = request.path
+    if path not in request.app[KNOWN_PATHS]:
+        return OTHER_ROUTE
+    root = request.app[SETTINGS].root_path
+    if root and path.startswith(root + "/"):
+        return path[len(root) :]
+    return path
+
+
 def _log_access(request: web.Request, record: RequestRecord, status: int, elapsed: float) -> None:
     """One line per request; the numbers travel as fields (text: key=value, JSON: keys)."""
-    fields: dict[str, object] = {"request_id": record.request_id, "ms": round(elapsed * 1000, 1)}
+    fields: dict[str, object] = {
+        "request_id": record.request_id,
+        "status": status,
+        "ms": round(elapsed * 1000, 1),
+    }
     if record.prompt_tokens is not None:
         fields["prompt_tokens"] = record.prompt_tokens
         fields["completion_tokens"] = record.completion_tokens
+    if record.cached_tokens:
+        fields["cached_tokens"] = record.cached_tokens
     if record.ttft_s is not None:
         fields["ttft_ms"] = round(record.ttft_s * 1000, 1)
     if record.gen_s and record.completion_tokens:
         fields["tokens_per_s"] = round(record.completion_tokens / record.gen_s, 1)
+    if record.error_status is not None:
+        fields["error_status"] = record.error_status
     access_log.info("%s %s %d", request.method, request.path, status, extra=fields)
 
 

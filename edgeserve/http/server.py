@@ -1,20 +1,29 @@
-"""Running the server: bind, load the model in the background, serve, drain on a signal."""
+"""Running the server: bind, load the model in the background, serve, drain on a signal.
+
+Under systemd (`Type=notify`, see systemd/edgeserve.service) the process also reports its state
+over `$NOTIFY_SOCKET`: READY=1 once the socket is bound and the model has loaded, WATCHDOG=1
+from the event loop at half of `$WATCHDOG_USEC` (so a stuck loop gets the service restarted),
+STOPPING=1 when the drain begins, and STATUS= lines along the way.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
 
 from aiohttp import web
 
+from edgeserve import sdnotify
 from edgeserve.config import Settings
 from edgeserve.engine.client import EngineClient
 from edgeserve.engine.scheduler import Engine
 from edgeserve.http.app import create_app
+from edgeserve.log import ROOT
 
-log = logging.getLogger("edgeserve")
+log = logging.getLogger(ROOT)
 
 
 def serve(settings: Settings) -> int:
@@ -22,8 +31,16 @@ def serve(settings: Settings) -> int:
     return asyncio.run(_serve(settings))
 
 
-async def _serve(settings: Settings) -> int:
-    engine = Engine(settings.engine_config())
+async def _watchdog(interval: float) -> None:
+    """Ping systemd's watchdog from the event loop: a blocked loop misses its pings."""
+    while True:
+        sdnotify.notify(sdnotify.WATCHDOG)
+        await asyncio.sleep(interval)
+
+
+async def _serve(settings: Settings, engine: Engine | None = None) -> int:
+    """Run the server around `engine` (built from `settings` unless given); the exit code."""
+    engine = engine or Engine(settings.engine_config())
     client = EngineClient(engine)
     app = create_app(settings, client)
     runner = web.AppRunner(
@@ -44,6 +61,9 @@ async def _serve(settings: Settings) -> int:
         )
         return 2
     log.info("listening on http://%s:%d (loading %s)", settings.host, settings.port, settings.model)
+    interval = sdnotify.watchdog_interval()
+    watchdog = asyncio.create_task(_watchdog(interval)) if interval else None
+    sdnotify.notify(sdnotify.status(f"loading {settings.model}"))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -58,15 +78,26 @@ async def _serve(settings: Settings) -> int:
         code = 2
     elif loading.done():
         log.info("model loaded; ready")
+        sdnotify.notify(
+            sdnotify.READY,
+            sdnotify.status(f"serving {settings.model_name} on {settings.host}:{settings.port}"),
+        )
         engine_ended = asyncio.ensure_future(asyncio.to_thread(engine.wait_stopped))
         await asyncio.wait({stopping, engine_ended}, return_when=asyncio.FIRST_COMPLETED)
         if engine_ended.done() and not stopping.done():
             log.error("the engine thread stopped unexpectedly; exiting so a supervisor restarts us")
             code = 1
     stopping.cancel()
+    sdnotify.notify(
+        sdnotify.STOPPING, sdnotify.status(f"draining (up to {settings.drain_timeout_s:g}s)")
+    )
     log.info("shutting down: draining running requests (up to %.0fs)", settings.drain_timeout_s)
     engine.stop_accepting()
     await runner.cleanup()
     await asyncio.to_thread(engine.close)
     loading.cancel()
+    if watchdog is not None:
+        watchdog.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watchdog
     return code

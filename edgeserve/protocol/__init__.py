@@ -20,6 +20,11 @@ from edgeserve.protocol.chat import (
     StreamOptions,
 )
 from edgeserve.protocol.common import PromptTokensDetails, ProtocolModel, Usage
+from edgeserve.protocol.completions import (
+    CompletionChoice,
+    CompletionRequest,
+    CompletionResponse,
+)
 from edgeserve.protocol.models import ModelCard, ModelList
 from edgeserve.protocol.score import ScoreEvaluationRequest, ScoreEvaluationResponse
 
@@ -32,6 +37,9 @@ __all__ = [
     "ChatCompletionStreamResponse",
     "ChatCompletionStreamResponseChoice",
     "ChatMessage",
+    "CompletionChoice",
+    "CompletionRequest",
+    "CompletionResponse",
     "Finish",
     "Function",
     "FunctionAvailable",

@@ -66,6 +66,7 @@ async def test_auth_on_models(make_client, keys, authorization, status):
             CHAT, {"model": "m", "messages": [{"role": "user", "content": "hi"}]}, id="chat"
         ),
         pytest.param(SCORE, {"model": "m", "messages": ["hi"]}, id="score"),
+        pytest.param("/v1/completions", {"model": "m", "prompt": "hi"}, id="completions"),
     ],
 )
 @pytest.mark.parametrize("authorization", [None, "Bearer nope", "Basic k"])
@@ -93,7 +94,8 @@ async def test_health_needs_no_key(make_client):
 ROUTING = [
     pytest.param("GET", "/", 404, "Not Found", None, id="root"),
     pytest.param("GET", "/v1/nope", 404, "Not Found", None, id="unknown"),
-    pytest.param("POST", "/v1/completions", 404, "Not Found", None, id="legacy-completions"),
+    # The reference has no /v1/completions (404); edgeserve serves OpenAI's legacy endpoint.
+    pytest.param("GET", "/v1/completions", 405, "Method Not Allowed", "POST", id="get-completions"),
     pytest.param("GET", "/v1/models/x", 404, "Not Found", None, id="below-models"),
     pytest.param("GET", "/v1/nope/", 404, "Not Found", None, id="unknown-with-slash"),
     pytest.param("GET", "/V1/MODELS", 404, "Not Found", None, id="case-sensitive"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import types
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,7 @@ def test_defaults(model):
         flash_attn=False,
         no_mmap=False,
         mlock=False,
+        kv_cache_type="f16",
         max_body_bytes=8 * 1024 * 1024,
         max_n=16,
         max_tokens_cap=None,
@@ -83,6 +85,7 @@ def test_defaults(model):
         root_path="",
         log_format="text",
         log_level="info",
+        log_prompts=False,
         config=None,
     )
 
@@ -264,6 +267,32 @@ BAD = [
         "invalid --log-level: 'loud' is not one of debug, info, warning, error, critical",
     ),
     (["--log-format", "xml"], {}, None, "invalid --log-format: 'xml' is not one of text, json"),
+    (
+        ["--kv-cache-type", "q2_k"],
+        {},
+        None,
+        "invalid --kv-cache-type: 'q2_k' is not one of f16, q8_0, q4_0",
+    ),
+    (
+        ["--kv-cache-type", "q8_0"],
+        {},
+        None,
+        "--kv-cache-type q8_0 needs --flash-attn: llama.cpp quantizes the V cache only with "
+        "flash attention",
+    ),
+    (
+        ["--flash-attn=false"],
+        {"EDGESERVE_KV_CACHE_TYPE": "q4_0"},
+        None,
+        "--kv-cache-type q4_0 needs --flash-attn: llama.cpp quantizes the V cache only with "
+        "flash attention",
+    ),
+    (
+        [],
+        {"EDGESERVE_LOG_PROMPTS": "sometimes"},
+        None,
+        f"invalid EDGESERVE_LOG_PROMPTS: 'sometimes' {NOT_BOOL}",
+    ),
     (["--bogus"], {}, None, "unrecognized arguments: --bogus"),
     (["--port"], {}, None, "argument --port: expected one argument"),
     ([], {}, "parallel = 0", "invalid 'parallel' in {conf}: 0 must be at least 1"),
@@ -465,6 +494,29 @@ def test_engine_config(model):
         use_mmap=True,
         use_mlock=True,
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "expected"),
+    [
+        ([], {}, "f16"),
+        (["--kv-cache-type", "Q8_0", "--flash-attn"], {}, "q8_0"),
+        ([], {"EDGESERVE_KV_CACHE_TYPE": "q4_0", "EDGESERVE_FLASH_ATTN": "1"}, "q4_0"),
+        (["--kv-cache-type", "f16"], {}, "f16"),
+    ],
+)
+def test_kv_cache_type(model, argv, environ, expected):
+    settings = load_settings(["--model", str(model), *argv], environ)
+    assert settings.kv_cache_type == expected
+    if "kv_cache_type" in {f.name for f in dataclass_fields(EngineConfig)}:
+        assert settings.engine_config().kv_cache_type == expected
+
+
+def test_log_prompts_switch(model):
+    assert load_settings(["--model", str(model)], {}).log_prompts is False
+    assert load_settings(["--model", str(model), "--log-prompts"], {}).log_prompts is True
+    on = load_settings(["--model", str(model)], {"EDGESERVE_LOG_PROMPTS": "yes"})
+    assert on.log_prompts is True
 
 
 def test_settings_built_directly_derive_model_name():

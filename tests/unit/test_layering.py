@@ -23,6 +23,9 @@ FORBIDDEN = {
     "validation.py": ("aiohttp", "llama_cpp", "edgeserve.http"),
     "responses.py": ("aiohttp", "llama_cpp", "edgeserve.http"),
     "errors.py": ("aiohttp", "llama_cpp", "pydantic", "edgeserve."),
+    "tool_calls.py": ("aiohttp", "llama_cpp", "pydantic", "edgeserve."),
+    "metrics.py": ("aiohttp", "llama_cpp", "edgeserve.http", "edgeserve.engine.scheduler"),
+    "sdnotify.py": ("aiohttp", "llama_cpp", "edgeserve.http", "edgeserve.engine"),
 }
 
 

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
 import time
 
 from aiohttp import web
 
 from edgeserve import responses, validation
 from edgeserve.engine.client import Generation
-from edgeserve.engine.types import Finished, PromptInfo, TextDelta
+from edgeserve.engine.types import ChatPrompt, Finished, GenerationRequest, PromptInfo, TextDelta
 from edgeserve.errors import EngineError
 from edgeserve.http.handlers.common import authenticated_body
 from edgeserve.http.keys import ENGINE, LIMITS, RECORD, SETTINGS
 from edgeserve.http.sse import EventStream
+from edgeserve.log import PROMPTS
 from edgeserve.protocol import ChatCompletionRequest
+from edgeserve.tool_calls import parse_tool_calls
+
+prompt_log = logging.getLogger(PROMPTS)
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -23,15 +30,41 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     engine = request.app[ENGINE]
     validation.check_can_generate(engine.can_generate)
     work = await validation.prepare_chat(req, request.app[LIMITS])
+    settings = request.app[SETTINGS]
+    if settings.log_prompts:
+        _log_prompt(request, work)
     started = time.perf_counter()
+    # --request-timeout-s counts from here (queue wait included). Before the response starts it
+    # is a 504 JSON error; a stream that started ends with an error event (see _stream).
+    deadline = asyncio.get_running_loop().time() + settings.request_timeout_s
+    limit = asyncio.timeout_at(deadline)
     try:
         async with engine.generate(work) as gen:
-            info = await gen.admitted()
-            if req.stream:
-                return await _stream(request, req, gen, info, started)
-            return await _collect(request, req, gen, info, started)
+            async with limit:
+                info = await gen.admitted()
+                if not req.stream:
+                    return await _collect(request, req, gen, info, started)
+            return await _stream(request, req, gen, info, started, deadline)
     except EngineError as exc:
         raise validation.engine_error(exc) from exc
+    except TimeoutError:
+        if not limit.expired():
+            raise
+        # Leaving `engine.generate` above has already cancelled the engine work.
+        raise validation.request_timeout(settings.request_timeout_s) from None
+
+
+def _log_prompt(request: web.Request, work: GenerationRequest) -> None:
+    """The conversation as the engine gets it, at debug level (only with --log-prompts)."""
+    prompt = work.prompt
+    if isinstance(prompt, ChatPrompt):
+        turns = [{"role": turn.role, "content": turn.content} for turn in prompt.messages]
+        if prompt.system is not None:
+            turns.insert(0, {"role": "system", "content": prompt.system})
+        text = json.dumps(turns, ensure_ascii=False)
+    else:
+        text = prompt
+    prompt_log.debug("prompt", extra={"request_id": request[RECORD].request_id, "prompt": text})
 
 
 async def _collect(
@@ -54,7 +87,10 @@ async def _collect(
             reasons[event.index] = event.reason
             completion += event.completion_tokens
             cached = event.cached_tokens
-    _record(request, info, completion, started, first)
+    _record(request, info, completion, started, first, cached)
+    calls = (
+        [parse_tool_calls(text) for text in texts] if validation.tool_calls_wanted(req) else None
+    )
     body = responses.chat_completion_body(
         responses.new_completion_id(),
         req.model,
@@ -62,6 +98,7 @@ async def _collect(
         info.prompt_tokens,
         completion,
         cached or None,
+        tool_calls=calls,
     )
     return web.Response(body=body, content_type="application/json")
 
@@ -72,6 +109,7 @@ async def _stream(
     gen: Generation,
     info: PromptInfo,
     started: float,
+    deadline: float,
 ) -> web.StreamResponse:
     cid = responses.new_completion_id()
     created = int(time.time())
@@ -83,20 +121,32 @@ async def _stream(
     async with stream:
         if not await stream.send(responses.role_chunk(cid, req.model, created)):
             return stream.response
+        limit = asyncio.timeout_at(deadline)
         try:
-            async for event in gen.events():
-                if isinstance(event, TextDelta):
-                    first = first or time.perf_counter()
-                    chunk = responses.content_chunk(cid, req.model, created, event.text)
-                else:
-                    assert isinstance(event, Finished)
-                    completion = event.completion_tokens
-                    cached = event.cached_tokens
-                    chunk = responses.finish_chunk(cid, req.model, created, event.reason)
-                if not await stream.send(chunk):
-                    return stream.response
+            async with limit:
+                async for event in gen.events():
+                    if isinstance(event, TextDelta):
+                        first = first or time.perf_counter()
+                        chunk = responses.content_chunk(cid, req.model, created, event.text)
+                    else:
+                        assert isinstance(event, Finished)
+                        completion = event.completion_tokens
+                        cached = event.cached_tokens
+                        chunk = responses.finish_chunk(cid, req.model, created, event.reason)
+                    if not await stream.send(chunk):
+                        return stream.response
         except EngineError as exc:
             err = validation.engine_error(exc)
+            request[RECORD].error_status = err.status
+            await stream.send(responses.stream_error_event(err.status, err.detail))
+            await stream.send(responses.sse_event("[DONE]"))
+            return stream.response
+        except TimeoutError:
+            if not limit.expired():
+                raise
+            err = validation.request_timeout(request.app[SETTINGS].request_timeout_s)
+            _record(request, info, completion, started, first, cached)
+            request[RECORD].error_status = err.status
             await stream.send(responses.stream_error_event(err.status, err.detail))
             await stream.send(responses.sse_event("[DONE]"))
             return stream.response
@@ -106,15 +156,21 @@ async def _stream(
             )
             await stream.send(usage)
         await stream.send(responses.sse_event("[DONE]"))
-        _record(request, info, completion, started, first)
+        _record(request, info, completion, started, first, cached)
     return stream.response
 
 
 def _record(
-    request: web.Request, info: PromptInfo, completion: int, started: float, first: float | None
+    request: web.Request,
+    info: PromptInfo,
+    completion: int,
+    started: float,
+    first: float | None,
+    cached: int = 0,
 ) -> None:
     record = request[RECORD]
     record.prompt_tokens = info.prompt_tokens
+    record.cached_tokens = cached or info.cached_tokens
     record.completion_tokens = completion
     if first is not None:
         record.ttft_s = first - started

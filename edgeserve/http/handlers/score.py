@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from aiohttp import web
 
 from edgeserve import responses, validation
 from edgeserve.errors import EngineError
 from edgeserve.http.handlers.common import authenticated_body
-from edgeserve.http.keys import ENGINE, LIMITS, RECORD
+from edgeserve.http.keys import ENGINE, LIMITS, RECORD, SETTINGS
 
 
 async def score_evaluation(request: web.Request) -> web.Response:
@@ -15,10 +17,17 @@ async def score_evaluation(request: web.Request) -> web.Response:
     body = await authenticated_body(request)
     req = validation.parse_score_request(body)
     work = validation.prepare_score(req, request.app[LIMITS])
+    seconds = request.app[SETTINGS].request_timeout_s
+    limit = asyncio.timeout(seconds)
     try:
-        result = await request.app[ENGINE].score(work)
+        async with limit:  # a cancelled score() aborts the work in the engine
+            result = await request.app[ENGINE].score(work)
     except EngineError as exc:
         raise validation.engine_error(exc) from exc
+    except TimeoutError:
+        if not limit.expired():
+            raise
+        raise validation.request_timeout(seconds) from None
     request[RECORD].prompt_tokens = result.n_tokens
     per_token = [list(t) for t in result.token_logprobs] if result.token_logprobs else None
     text = responses.score_body(responses.new_score_id(), req.model, list(result.scores), per_token)

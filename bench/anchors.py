@@ -1,0 +1,271 @@
+"""The servers under test: edgeserve and its anchors, started and stopped as child processes.
+
+- `edgeserve`: `.venv/bin/edgeserve serve …` (this checkout);
+- `llama-server`: llama.cpp's own server (built by `bench.build`), continuous batching with
+  `--parallel N` slots over one unified KV cache of `--ctx-size` cells, flash attention off;
+- `llama_cpp.server`: llama-cpp-python's server (`python -m llama_cpp.server`) from the bench's
+  own venv, which holds the same llama-cpp-python wheel edgeserve uses.
+
+Every server listens on 127.0.0.1 only, runs in its own process group with its log in
+`bench/results/logs/`, and is stopped (SIGTERM, then SIGKILL) when the `Servers` stack closes,
+also on errors and Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+import aiohttp
+
+EDGESERVE = "edgeserve"
+LLAMA_SERVER = "llama-server"
+LCP_SERVER = "llama_cpp.server"
+ALL_SERVERS = (EDGESERVE, LLAMA_SERVER, LCP_SERVER)
+HOST = "127.0.0.1"
+PAGE = os.sysconf("SC_PAGE_SIZE")
+TICKS = os.sysconf("SC_CLK_TCK")
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What every server gets: the same model, threads and context, plus where things are."""
+
+    model: Path
+    threads: int
+    ctx_size: int
+    edgeserve: Path
+    llamacpp_bin: Path
+    lcp_python: Path
+    logs: Path
+
+
+def command(kind: str, setup: Setup, port: int, parallel: int) -> list[str]:
+    """The command line that serves `setup.model` on `port` with `parallel` sequences."""
+    model, threads, ctx = str(setup.model), str(setup.threads), str(setup.ctx_size)
+    if kind == EDGESERVE:
+        return [str(setup.edgeserve), "serve", "--model", model, "--host", HOST,
+                "--port", str(port), "--threads", threads, "--parallel", str(parallel),
+                "--ctx-size", ctx, "--log-level", "warning"]  # fmt: skip
+    if kind == LLAMA_SERVER:
+        return [str(setup.llamacpp_bin / "llama-server"), "-m", model, "--host", HOST,
+                "--port", str(port), "-t", threads, "-c", ctx, "--parallel", str(parallel),
+                "--kv-unified", "--cont-batching", "-fa", "off", "--no-webui",
+                "--no-jinja", "--chat-template", "gemma"]  # fmt: skip
+    if kind == LCP_SERVER:
+        return [str(setup.lcp_python), "-m", "llama_cpp.server", "--model", model,
+                "--host", HOST, "--port", str(port), "--chat_format", "gemma",
+                "--n_threads", threads, "--n_threads_batch", threads, "--n_ctx", ctx,
+                "--verbose", "False"]  # fmt: skip
+    raise ValueError(f"unknown server {kind!r}")
+
+
+def health_path(kind: str) -> str:
+    """A GET path that answers 200 once the model is loaded."""
+    return "/v1/models" if kind == LCP_SERVER else "/health"
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM if the bench dies, even by SIGKILL (Linux)."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """VmRSS, VmHWM, RssAnon and RssFile (bytes) of a live process; {} when it is gone."""
+    out: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                key, _, rest = line.partition(":")
+                if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
+                    out[key] = int(rest.split()[0]) * 1024
+    except OSError:
+        return {}
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (0.0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all processes have spent since boot (every core, idle and iowait excluded)."""
+    with open("/proc/stat") as fh:
+        values = [int(v) for v in fh.readline().split()[1:]]
+    return (sum(values[:8]) - values[3] - values[4]) / TICKS
+
+
+@dataclass
+class Server:
+    """One running server process."""
+
+    kind: str
+    parallel: int
+    port: int
+    proc: subprocess.Popen[bytes]
+    log: Path
+    loaded_rss: int = 0
+    notes: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        """Base URL (loopback only)."""
+        return f"http://{HOST}:{self.port}"
+
+    def rss(self) -> dict[str, int]:
+        """Current (VmRSS) and peak (VmHWM) resident memory in bytes."""
+        return proc_status(self.proc.pid)
+
+    def cpu(self) -> float:
+        """CPU seconds used so far."""
+        return cpu_seconds(self.proc.pid)
+
+    def log_tail(self, lines: int = 15) -> str:
+        """The end of the server's log, for error messages."""
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """SIGTERM the process group, then SIGKILL after 15 s."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+            except ProcessLookupError:
+                pass
+
+
+class Servers(AbstractContextManager["Servers"]):
+    """Starts servers and guarantees that every one of them is stopped on exit."""
+
+    def __init__(self, setup: Setup) -> None:
+        self.setup = setup
+        self.running: list[Server] = []
+
+    def start(self, kind: str, parallel: int) -> Server:
+        """Spawn a server (returns at once; see `wait_ready`)."""
+        port = free_port()
+        self.setup.logs.mkdir(parents=True, exist_ok=True)
+        log = self.setup.logs / f"{kind}-p{parallel}.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                command(kind, self.setup, port, parallel),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        server = Server(kind, parallel, port, proc, log)
+        self.running.append(server)
+        return server
+
+    async def wait_ready(self, server: Server, timeout: float = 180.0) -> None:
+        """Poll the health path until it answers 200; fail with the log if the process dies."""
+        deadline = time.monotonic() + timeout
+        async with aiohttp.ClientSession() as session:
+            while time.monotonic() < deadline:
+                if server.proc.poll() is not None:
+                    raise RuntimeError(
+                        f"{server.kind} exited with {server.proc.returncode}:\n{server.log_tail()}"
+                    )
+                try:
+                    url = server.url + health_path(server.kind)
+                    async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as resp:
+                        if resp.status == 200:
+                            return
+                except (aiohttp.ClientError, TimeoutError):
+                    pass
+                await asyncio.sleep(0.1)
+        raise RuntimeError(f"{server.kind} not ready after {timeout:.0f} s:\n{server.log_tail()}")
+
+    def stop(self, server: Server) -> None:
+        """Stop one server now."""
+        server.stop()
+        if server in self.running:
+            self.running.remove(server)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        for server in list(self.running):
+            self.stop(server)
+
+
+def llama_bench_tg(setup: Setup, tokens: int, depth: int, reps: int) -> dict[str, float]:
+    """llama-bench's tg figure (tokens/s, no sampling, no HTTP) at `depth` tokens of context."""
+    cmd = [str(setup.llamacpp_bin / "llama-bench"), "-m", str(setup.model),
+           "-t", str(setup.threads), "-p", "0", "-n", str(tokens), "-d", str(depth),
+           "-r", str(reps), "-fa", "0", "-o", "json"]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    if proc.returncode != 0:
+        raise RuntimeError(f"llama-bench failed ({proc.returncode}): {' '.join(cmd)}")
+    row = json.loads(out)[0]
+    return {"tokens": tokens, "depth": depth, "reps": reps,
+            "tps": float(row["avg_ts"]), "stddev": float(row["stddev_ts"])}  # fmt: skip
+
+
+def physical_cores() -> int:
+    """Distinct (package, core) pairs in /proc/cpuinfo; the CPU count when that is unknown."""
+    cores: set[tuple[str, str]] = set()
+    package = core = ""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                key, _, value = (s.strip() for s in line.partition(":"))
+                if key == "physical id":
+                    package = value
+                elif key == "core id":
+                    core = value
+                    cores.add((package, core))
+    except OSError:
+        pass
+    return len(cores) or os.cpu_count() or 1
+
+
+def default_lcp_python() -> Path:
+    """The interpreter for llama_cpp.server: the bench venv's (this one when running in it)."""
+    return Path(sys.executable)

@@ -1,0 +1,235 @@
+"""POST /v1/completions (OpenAI's legacy text completions), streamed (SSE) and not.
+
+Each prompt text is one engine request (raw text with BOS, no chat template), all submitted
+together so they share decode steps; choice `i * n + j` is answer j to prompt i, OpenAI's order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
+
+from aiohttp import web
+
+from edgeserve import responses, validation
+from edgeserve.engine.client import Generation
+from edgeserve.engine.types import Finished, PromptInfo, TextDelta
+from edgeserve.errors import ApiError, EngineError
+from edgeserve.http.handlers.common import authenticated_body
+from edgeserve.http.keys import ENGINE, LIMITS, RECORD, SETTINGS
+from edgeserve.http.sse import EventStream
+from edgeserve.protocol import CompletionRequest
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    """Validate everything, submit one generation per prompt, wait until every prompt is
+    admitted, then answer as JSON or as a stream."""
+    body = await authenticated_body(request)
+    req = validation.parse_completion_request(body)
+    engine = request.app[ENGINE]
+    validation.check_can_generate(engine.can_generate)
+    works = validation.prepare_completion(req, request.app[LIMITS])
+    settings = request.app[SETTINGS]
+    started = time.perf_counter()
+    deadline = asyncio.get_running_loop().time() + settings.request_timeout_s
+    limit = asyncio.timeout_at(deadline)
+    single = isinstance(req.prompt, str)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            gens = [await stack.enter_async_context(engine.generate(work)) for work in works]
+            async with limit:
+                infos = []
+                for index, gen in enumerate(gens):
+                    try:
+                        infos.append(await gen.admitted())
+                    except EngineError as exc:
+                        raise validation.completion_engine_error(
+                            exc, index, len(gens), single
+                        ) from exc
+                prompts = [req.prompt] if single else list(req.prompt)
+                run = _Run(request, req, prompts, infos, started)
+                if not req.stream:
+                    return await _collect(run, gens)
+            return await _stream(run, gens, deadline)
+    except EngineError as exc:
+        raise validation.engine_error(exc) from exc
+    except TimeoutError:
+        if not limit.expired():
+            raise
+        # Leaving the exit stack above has already cancelled the engine work.
+        raise validation.request_timeout(settings.request_timeout_s) from None
+
+
+@dataclass
+class _Run:
+    """One admitted completion request and what it has produced so far."""
+
+    request: web.Request
+    req: CompletionRequest
+    prompts: list[str]
+    infos: list[PromptInfo]
+    started: float
+    completion_tokens: int = 0
+    cached: dict[int, int] = field(default_factory=dict)
+    first: float | None = None
+
+    def account(self, event: TextDelta | Finished) -> None:
+        """Count a finished choice's tokens (and its prompt's cached tokens); note the first
+        text's time."""
+        if isinstance(event, TextDelta):
+            self.first = self.first or time.perf_counter()
+        else:
+            self.completion_tokens += event.completion_tokens
+            self.cached[event.index // self.req.n] = event.cached_tokens
+
+    def prompt_of(self, index: int) -> str:
+        """The prompt text of choice `index`."""
+        return self.prompts[index // self.req.n]
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Summed over the prompts (each counted once, whatever n is), as OpenAI does."""
+        return sum(info.prompt_tokens for info in self.infos)
+
+    @property
+    def cached_tokens(self) -> int | None:
+        """Prompt tokens served from the prefix cache, None when there were none."""
+        return sum(self.cached.values()) or None
+
+    def record(self) -> None:
+        """Fill the access-log record."""
+        record = self.request[RECORD]
+        record.prompt_tokens = self.prompt_tokens
+        record.cached_tokens = self.cached_tokens or 0
+        record.completion_tokens = self.completion_tokens
+        if self.first is not None:
+            record.ttft_s = self.first - self.started
+            record.gen_s = time.perf_counter() - self.first
+
+
+class _Merged:
+    """The events of several generations as one stream, choice indices offset by
+    `prompt index × n`. Call `aclose` when done (it stops the pump tasks)."""
+
+    def __init__(self, gens: list[Generation], n: int) -> None:
+        self._queue: asyncio.Queue[TextDelta | Finished | EngineError | None] = asyncio.Queue()
+        self._left = len(gens)
+        self._tasks = [
+            asyncio.create_task(self._pump(gen, position * n)) for position, gen in enumerate(gens)
+        ]
+
+    async def _pump(self, gen: Generation, offset: int) -> None:
+        try:
+            async for event in gen.events():
+                if isinstance(event, TextDelta | Finished):
+                    self._queue.put_nowait(replace(event, index=event.index + offset))
+        except EngineError as exc:
+            self._queue.put_nowait(exc)
+        self._queue.put_nowait(None)
+
+    async def events(self) -> AsyncIterator[TextDelta | Finished]:
+        """Every text delta and finish, in arrival order; raises the first engine error."""
+        while self._left:
+            item = await self._queue.get()
+            if item is None:
+                self._left -= 1
+            elif isinstance(item, EngineError):
+                raise item
+            else:
+                yield item
+
+    async def aclose(self) -> None:
+        """Stop the pumps (the generations themselves are aborted by their owner)."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+async def _collect(run: _Run, gens: list[Generation]) -> web.Response:
+    req = run.req
+    count = len(gens) * req.n
+    texts = [run.prompt_of(i) if req.echo else "" for i in range(count)]
+    reasons = ["length"] * count
+    merged = _Merged(gens, req.n)
+    try:
+        async for event in merged.events():
+            run.account(event)
+            if isinstance(event, TextDelta):
+                texts[event.index] += event.text
+            else:
+                reasons[event.index] = event.reason
+    finally:
+        await merged.aclose()
+    run.record()
+    body = responses.completion_body(
+        responses.new_text_completion_id(),
+        req.model,
+        list(zip(texts, reasons, strict=True)),
+        run.prompt_tokens,
+        run.completion_tokens,
+        run.cached_tokens,
+    )
+    return web.Response(body=body, content_type="application/json")
+
+
+async def _stream(run: _Run, gens: list[Generation], deadline: float) -> web.StreamResponse:
+    req = run.req
+    request = run.request
+    cid = responses.new_text_completion_id()
+    created = int(time.time())
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    stream = EventStream(request, request.app[SETTINGS].ping_interval_s)
+    async with stream:
+        if req.echo:
+            for index in range(len(gens) * req.n):
+                echo = responses.completion_chunk(
+                    cid, req.model, created, index, run.prompt_of(index)
+                )
+                if not await stream.send(echo):
+                    return stream.response
+        merged = _Merged(gens, req.n)
+        limit = asyncio.timeout_at(deadline)
+        try:
+            async with limit:
+                async for event in merged.events():
+                    run.account(event)
+                    if isinstance(event, TextDelta):
+                        chunk = responses.completion_chunk(
+                            cid, req.model, created, event.index, event.text
+                        )
+                    else:
+                        chunk = responses.completion_chunk(
+                            cid, req.model, created, event.index, "", event.reason
+                        )
+                    if not await stream.send(chunk):
+                        return stream.response
+        except EngineError as exc:
+            await _end_with_error(run, stream, validation.engine_error(exc))
+            return stream.response
+        except TimeoutError:
+            if not limit.expired():
+                raise
+            seconds = request.app[SETTINGS].request_timeout_s
+            await _end_with_error(run, stream, validation.request_timeout(seconds))
+            return stream.response
+        finally:
+            await merged.aclose()
+        if include_usage:
+            usage = responses.completion_usage_chunk(
+                cid, req.model, created, run.prompt_tokens, run.completion_tokens, run.cached_tokens
+            )
+            await stream.send(usage)
+        await stream.send(responses.sse_event("[DONE]"))
+        run.record()
+    return stream.response
+
+
+async def _end_with_error(run: _Run, stream: EventStream, err: ApiError) -> None:
+    """An error after the stream started: one error event, then [DONE]."""
+    run.record()
+    run.request[RECORD].error_status = err.status
+    await stream.send(responses.stream_error_event(err.status, err.detail))
+    await stream.send(responses.sse_event("[DONE]"))

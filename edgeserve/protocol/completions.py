@@ -1,0 +1,63 @@
+"""Legacy text completion wire types (OpenAI `POST /v1/completions`).
+
+The reference has no such endpoint, so the fields follow OpenAI's order and defaults
+(`max_tokens` 16), followed by the sampling extensions edgeserve also accepts on chat.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Literal
+
+from pydantic import Field
+
+from edgeserve.protocol.chat import Finish, StreamOptions
+from edgeserve.protocol.common import ProtocolModel, Usage
+
+
+class CompletionRequest(ProtocolModel):
+    """POST /v1/completions body; `prompt` is one text or a list of texts (one choice each)."""
+
+    model: str
+    prompt: str | list[str]
+    best_of: int | None = None
+    echo: bool = False
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    logprobs: int | None = None
+    max_tokens: int | None = 16
+    n: int = 1
+    presence_penalty: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    suffix: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    user: str | None = None
+    do_sample: bool | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+
+
+class CompletionChoice(ProtocolModel):
+    """One choice; `logprobs` is always null (not computed yet); `finish_reason` is null only
+    in stream chunks before the choice ends."""
+
+    text: str
+    index: int
+    logprobs: None = None
+    finish_reason: Finish | None = None
+
+
+class CompletionResponse(ProtocolModel):
+    """The non-stream body, and (with `usage` left out unless set) each stream chunk."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None

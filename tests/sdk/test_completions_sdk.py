@@ -1,0 +1,67 @@
+"""Legacy text completions through the official `openai` SDK."""
+
+from __future__ import annotations
+
+import asyncio
+
+import openai
+import pytest
+from openai.types import Completion
+
+from tests.integration.conftest import EOS_BAN
+
+PROMPT = "Once upon a time"
+
+
+async def test_sync_client(sync_client):
+    completion = await asyncio.to_thread(
+        lambda: sync_client.completions.create(
+            model="any-model", prompt=PROMPT, max_tokens=5, temperature=0, logit_bias=EOS_BAN
+        )
+    )
+    assert isinstance(completion, Completion)
+    assert completion.id.startswith("cmpl-") and completion.object == "text_completion"
+    [choice] = completion.choices
+    assert choice.index == 0 and choice.finish_reason == "length" and choice.logprobs is None
+    assert completion.usage is not None and completion.usage.completion_tokens == 5
+
+
+async def test_async_stream_equals_non_stream(aclient):
+    fields = {
+        "model": "any-model",
+        "prompt": PROMPT,
+        "max_tokens": 6,
+        "temperature": 0,
+        "logit_bias": EOS_BAN,
+    }
+    plain = await aclient.completions.create(**fields)
+    stream = await aclient.completions.create(
+        **fields, stream=True, stream_options={"include_usage": True}
+    )
+    chunks = [chunk async for chunk in stream]
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert text == plain.choices[0].text
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == 6
+    assert chunks[-2].choices[0].finish_reason == "length"
+
+
+async def test_list_prompt_n_and_echo(aclient):
+    prompts = ["Red", "Blue"]
+    completion = await aclient.completions.create(
+        model="any-model", prompt=prompts, n=2, max_tokens=2, echo=True, seed=3
+    )
+    assert [c.index for c in completion.choices] == [0, 1, 2, 3]
+    assert all(c.text.startswith(prompts[c.index // 2]) for c in completion.choices)
+
+
+async def test_unsupported_fields_are_bad_requests(aclient):
+    with pytest.raises(openai.BadRequestError) as caught:
+        await aclient.completions.create(model="m", prompt=PROMPT, suffix="The end.")
+    assert "suffix" in caught.value.body["detail"]
+    with pytest.raises(openai.BadRequestError) as caught:
+        await aclient.completions.create(model="m", prompt=PROMPT, logprobs=2)
+    assert "logprobs" in caught.value.body["detail"]
+    with pytest.raises(openai.BadRequestError) as caught:
+        await aclient.completions.create(model="m", prompt=PROMPT, echo=True, max_tokens=0)
+    assert "not supported yet" in caught.value.body["detail"]

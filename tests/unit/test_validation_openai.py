@@ -1,0 +1,344 @@
+"""edgeserve.validation for the OpenAI features beyond the reference: `tool_choice` on chat,
+and the legacy `POST /v1/completions` (parse_completion_request / prepare_completion).
+
+One case per line: add a row to add a case.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from edgeserve import errors
+from edgeserve.engine.types import GenerationRequest, SamplingParams
+from edgeserve.validation import (
+    Limits,
+    completion_engine_error,
+    parse_chat_request,
+    parse_completion_request,
+    prepare_chat,
+    prepare_completion,
+    tool_calls_wanted,
+)
+
+USER = {"role": "user", "content": "hi"}
+TOOL = {
+    "type": "function",
+    "function": {"name": "now", "description": "the time", "parameters": {"type": "object"}},
+}
+UNSUPPORTED = (
+    '"tool_choice": {} is not supported yet (forcing a tool call needs grammar-constrained '
+    'sampling); use "auto" or leave it out.'
+)
+INVALID = (
+    '"tool_choice" must be "none", "auto", "required" or '
+    '{{"type": "function", "function": {{"name": "..."}}}}, got {}.'
+)
+
+
+def chat(**fields: Any) -> dict[str, Any]:
+    return {"model": "m", "messages": [USER], **fields}
+
+
+def completion(**fields: Any) -> dict[str, Any]:
+    return {"model": "m", "prompt": "Once", **fields}
+
+
+@pytest.fixture
+def limits(tmp_path) -> Limits:
+    return Limits(max_n=4, max_tokens=100, safe_media_path=str(tmp_path))
+
+
+# --- tool_choice ------------------------------------------------------------------------------
+
+TOOL_CHOICE = [
+    ("absent", {}, None),
+    ("none", {"tool_choice": "none"}, None),
+    ("auto", {"tool_choice": "auto"}, None),
+    ("auto without tools (the reference ignores it)", {"tool_choice": "auto", "tools": None}, None),
+    ("required", {"tool_choice": "required"}, UNSUPPORTED.format('"required"')),
+    (
+        "named",
+        {"tool_choice": {"type": "function", "function": {"name": "now"}}},
+        UNSUPPORTED.format('{"type": "function", "function": {"name": "now"}}'),
+    ),
+    ("unknown word", {"tool_choice": "always"}, INVALID.format('"always"')),
+    ("a number", {"tool_choice": 1}, INVALID.format("1")),
+    (
+        "a function without a name",
+        {"tool_choice": {"type": "function", "function": {}}},
+        INVALID.format('{"type": "function", "function": {}}'),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("fields", "detail"), [c[1:] for c in TOOL_CHOICE], ids=[c[0] for c in TOOL_CHOICE]
+)
+async def test_tool_choice(fields: dict[str, Any], detail: str | None, limits: Limits) -> None:
+    body = chat(**{"tools": [TOOL], **fields})
+    req = parse_chat_request(body)
+    if detail is None:
+        await prepare_chat(req, limits)
+        return
+    with pytest.raises(errors.ApiError) as caught:
+        await prepare_chat(req, limits)
+    assert (caught.value.status, caught.value.detail) == (400, detail)
+
+
+async def test_reference_errors_come_before_tool_choice(limits: Limits) -> None:
+    req = parse_chat_request(chat(tools=[TOOL], tool_choice="required", stream=True))
+    with pytest.raises(errors.ApiError) as caught:
+        await prepare_chat(req, limits)
+    assert caught.value.detail == "Cannot stream function calls."
+
+
+WANTED = [
+    ("tools, no tool_choice", {"tools": [TOOL]}, True),
+    ("tools, auto", {"tools": [TOOL], "tool_choice": "auto"}, True),
+    ("tools, none", {"tools": [TOOL], "tool_choice": "none"}, False),
+    ("no tools", {}, False),
+    ("empty tools", {"tools": []}, False),
+]
+
+
+@pytest.mark.parametrize(("fields", "wanted"), [c[1:] for c in WANTED], ids=[c[0] for c in WANTED])
+def test_tool_calls_wanted(fields: dict[str, Any], wanted: bool) -> None:
+    assert tool_calls_wanted(parse_chat_request(chat(**fields))) is wanted
+
+
+async def test_tool_choice_none_still_shows_the_tools(limits: Limits) -> None:
+    work = await prepare_chat(parse_chat_request(chat(tools=[TOOL], tool_choice="none")), limits)
+    assert work.prompt.tools is not None and '"now"' in work.prompt.tools
+
+
+# --- POST /v1/completions: schema -------------------------------------------------------------
+
+
+def test_completion_schema_defaults() -> None:
+    req = parse_completion_request(completion())
+    assert (req.max_tokens, req.n, req.echo, req.stream) == (16, 1, False, False)
+
+
+def test_completion_schema_422() -> None:
+    with pytest.raises(errors.ApiError) as caught:
+        parse_completion_request({"model": "m", "prompt": [1, 2]})
+    assert caught.value.status == 422
+    assert [item["loc"] for item in caught.value.detail] == [
+        ["body", "prompt", "str"],
+        ["body", "prompt", "list[str]", 0],
+        ["body", "prompt", "list[str]", 1],
+    ]
+    with pytest.raises(errors.ApiError) as caught:
+        parse_completion_request({"model": "m"})
+    assert caught.value.detail == [
+        {
+            "type": "missing",
+            "loc": ["body", "prompt"],
+            "msg": "Field required",
+            "input": {"model": "m"},
+        }
+    ]
+
+
+# --- POST /v1/completions: 400s, in check order ---------------------------------------------
+
+COMPLETION_ERRORS = [
+    (
+        "empty prompt list",
+        completion(prompt=[]),
+        '"prompt" is an empty list; send a string or a list of strings.',
+    ),
+    (
+        "suffix",
+        completion(suffix="end"),
+        '"suffix" is not supported (this server does no fill-in-the-middle); '
+        "leave it out or send null.",
+    ),
+    (
+        "logprobs",
+        completion(logprobs=0),
+        '"logprobs" is not supported yet on /v1/completions; leave it out or send null.',
+    ),
+    (
+        "echo with max_tokens 0",
+        completion(echo=True, max_tokens=0),
+        '"max_tokens": 0 with "echo" (scoring the prompt) is not supported yet; score texts '
+        'with POST /v1/score/evaluation ("return_token_logprobs": true gives per-token values), '
+        "or ask for at least 1 token.",
+    ),
+    (
+        "best_of above n",
+        completion(best_of=3),
+        '"best_of" is not supported; leave it out or set it equal to "n" (1), got 3.',
+    ),
+    (
+        "max_tokens 0 without echo",
+        completion(max_tokens=0),
+        '"max_tokens" must be at least 1, got 0.',
+    ),
+    (
+        "max_tokens over the cap",
+        completion(max_tokens=101),
+        '"max_tokens" is 101 but this server allows at most 100; lower it.',
+    ),
+    ("n 0", completion(n=0), '"n" must be at least 1, got 0.'),
+    ("n over the cap", completion(n=5), '"n" is 5 but this server allows at most 4; lower it.'),
+    (
+        "texts × n over the cap",
+        completion(prompt=["a", "b", "c"], n=2),
+        '"prompt" has 3 texts and "n" is 2: 6 choices, but this server allows at most 4 per '
+        "request; send fewer texts or lower n.",
+    ),
+    (
+        "temperature",
+        completion(temperature=-1),
+        '"temperature" must be at least 0.0, got -1.0.',
+    ),
+    (
+        "top_p",
+        completion(top_p=2),
+        '"top_p" must be between 0.0 and 1.0, got 2.0.',
+    ),
+    (
+        "logit_bias key",
+        completion(logit_bias={"x": 1}),
+        '"logit_bias" keys must be token ids written as decimal integers of at most 9 digits, '
+        'got "x".',
+    ),
+    (
+        "lone surrogate in a list prompt",
+        completion(prompt=["ok", "\ud800"]),
+        "prompt[1] contains an unpaired UTF-16 surrogate; send valid Unicode text.",
+    ),
+    (
+        "lone surrogate in the prompt",
+        completion(prompt="\ud800"),
+        "prompt contains an unpaired UTF-16 surrogate; send valid Unicode text.",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [c[1:] for c in COMPLETION_ERRORS],
+    ids=[c[0] for c in COMPLETION_ERRORS],
+)
+def test_completion_errors(body: dict[str, Any], detail: str, limits: Limits) -> None:
+    with pytest.raises(errors.ApiError) as caught:
+        prepare_completion(parse_completion_request(body), limits)
+    assert (caught.value.status, caught.value.detail) == (400, detail)
+
+
+# --- POST /v1/completions: engine requests ---------------------------------------------------
+
+COMPLETION_WORK = [
+    (
+        "one text, OpenAI's default 16 tokens",
+        completion(),
+        ["Once"],
+        1,
+        SamplingParams(max_tokens=16),
+    ),
+    ("null max_tokens: as many as fit", completion(max_tokens=None), ["Once"], 1, SamplingParams()),
+    (
+        "a list, n=2 forces sampling",
+        completion(prompt=["a", "b"], n=2, temperature=0, max_tokens=3),
+        ["a", "b"],
+        2,
+        SamplingParams(max_tokens=3, temperature=1.0),
+    ),
+    (
+        "sampling fields as chat",
+        completion(
+            temperature=0,
+            top_p=0.5,
+            seed=7,
+            stop=["\n", ""],
+            logit_bias={"1": -100},
+            presence_penalty=0.5,
+            frequency_penalty=0.25,
+            top_k=40,
+            min_p=0.1,
+            repetition_penalty=1.1,
+        ),
+        ["Once"],
+        1,
+        SamplingParams(
+            max_tokens=16,
+            temperature=0.0,
+            top_p=0.5,
+            seed=7,
+            stop=("\n",),
+            logit_bias={1: -100.0},
+            presence_penalty=0.5,
+            frequency_penalty=0.25,
+            top_k=40,
+            min_p=0.1,
+            repeat_penalty=1.1,
+        ),
+    ),
+    ("best_of equal to n", completion(best_of=1), ["Once"], 1, SamplingParams(max_tokens=16)),
+    (
+        "empty suffix is no suffix",
+        completion(suffix=""),
+        ["Once"],
+        1,
+        SamplingParams(max_tokens=16),
+    ),
+    ("an empty prompt text", completion(prompt=""), [""], 1, SamplingParams(max_tokens=16)),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "prompts", "n", "params"),
+    [c[1:] for c in COMPLETION_WORK],
+    ids=[c[0] for c in COMPLETION_WORK],
+)
+def test_completion_work(
+    body: dict[str, Any], prompts: list[str], n: int, params: SamplingParams, limits: Limits
+) -> None:
+    works = prepare_completion(parse_completion_request(body), limits)
+    assert works == [GenerationRequest(prompt=p, params=params, n=n) for p in prompts]
+
+
+ENGINE_ERRORS = [
+    (
+        "too long, one text",
+        errors.PromptTooLong(3000, 2048),
+        0,
+        1,
+        True,
+        '"prompt" is 3000 tokens but the context window is 2048 tokens; shorten it (it must '
+        "leave room for at least one new token).",
+    ),
+    (
+        "too long, a list",
+        errors.PromptTooLong(3000, 2048),
+        1,
+        2,
+        False,
+        '"prompt[1]" is 3000 tokens but the context window is 2048 tokens; shorten it (it '
+        "must leave room for at least one new token).",
+    ),
+    (
+        "busy",
+        errors.EngineOverloaded(),
+        0,
+        1,
+        True,
+        "Server is busy: the request queue is full; retry later.",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("exc", "index", "count", "single", "detail"),
+    [c[1:] for c in ENGINE_ERRORS],
+    ids=[c[0] for c in ENGINE_ERRORS],
+)
+def test_completion_engine_error(
+    exc: errors.EngineError, index: int, count: int, single: bool, detail: str
+) -> None:
+    assert completion_engine_error(exc, index, count, single).detail == detail
