@@ -13,7 +13,7 @@ from edgeserve import responses, validation
 from edgeserve.engine.client import Generation
 from edgeserve.engine.types import ChatPrompt, Finished, GenerationRequest, PromptInfo, TextDelta
 from edgeserve.errors import EngineError
-from edgeserve.http.handlers.common import authenticated_body
+from edgeserve.http.handlers.common import authenticated_body, engine_errors
 from edgeserve.http.keys import ENGINE, LIMITS, RECORD, SETTINGS
 from edgeserve.http.sse import EventStream
 from edgeserve.log import PROMPTS
@@ -38,20 +38,12 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     # is a 504 JSON error; a stream that started ends with an error event (see _stream).
     deadline = asyncio.get_running_loop().time() + settings.request_timeout_s
     limit = asyncio.timeout_at(deadline)
-    try:
-        async with engine.generate(work) as gen:
-            async with limit:
-                info = await gen.admitted()
-                if not req.stream:
-                    return await _collect(request, req, gen, info, started)
-            return await _stream(request, req, gen, info, started, deadline)
-    except EngineError as exc:
-        raise validation.engine_error(exc) from exc
-    except TimeoutError:
-        if not limit.expired():
-            raise
-        # Leaving `engine.generate` above has already cancelled the engine work.
-        raise validation.request_timeout(settings.request_timeout_s) from None
+    async with engine_errors(limit, settings.request_timeout_s), engine.generate(work) as gen:
+        async with limit:
+            info = await gen.admitted()
+            if not req.stream:
+                return await _collect(request, req, gen, info, started)
+        return await _stream(request, req, gen, info, started, deadline)
 
 
 def _log_prompt(request: web.Request, work: GenerationRequest) -> None:

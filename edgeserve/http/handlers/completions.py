@@ -18,7 +18,7 @@ from edgeserve import responses, validation
 from edgeserve.engine.client import Generation
 from edgeserve.engine.types import Finished, PromptInfo, TextDelta
 from edgeserve.errors import ApiError, EngineError
-from edgeserve.http.handlers.common import authenticated_body
+from edgeserve.http.handlers.common import authenticated_body, engine_errors
 from edgeserve.http.keys import ENGINE, LIMITS, RECORD, SETTINGS
 from edgeserve.http.sse import EventStream
 from edgeserve.protocol import CompletionRequest
@@ -37,30 +37,23 @@ async def completions(request: web.Request) -> web.StreamResponse:
     deadline = asyncio.get_running_loop().time() + settings.request_timeout_s
     limit = asyncio.timeout_at(deadline)
     single = isinstance(req.prompt, str)
-    try:
-        async with contextlib.AsyncExitStack() as stack:
-            gens = [await stack.enter_async_context(engine.generate(work)) for work in works]
-            async with limit:
-                infos = []
-                for index, gen in enumerate(gens):
-                    try:
-                        infos.append(await gen.admitted())
-                    except EngineError as exc:
-                        raise validation.completion_engine_error(
-                            exc, index, len(gens), single
-                        ) from exc
-                prompts = [req.prompt] if single else list(req.prompt)
-                run = _Run(request, req, prompts, infos, started)
-                if not req.stream:
-                    return await _collect(run, gens)
-            return await _stream(run, gens, deadline)
-    except EngineError as exc:
-        raise validation.engine_error(exc) from exc
-    except TimeoutError:
-        if not limit.expired():
-            raise
-        # Leaving the exit stack above has already cancelled the engine work.
-        raise validation.request_timeout(settings.request_timeout_s) from None
+    async with (
+        engine_errors(limit, settings.request_timeout_s),
+        contextlib.AsyncExitStack() as stack,
+    ):
+        gens = [await stack.enter_async_context(engine.generate(work)) for work in works]
+        async with limit:
+            infos = []
+            for index, gen in enumerate(gens):
+                try:
+                    infos.append(await gen.admitted())
+                except EngineError as exc:
+                    raise validation.completion_engine_error(exc, index, len(gens), single) from exc
+            prompts = [req.prompt] if single else list(req.prompt)
+            run = _Run(request, req, prompts, infos, started)
+            if not req.stream:
+                return await _collect(run, gens)
+        return await _stream(run, gens, deadline)
 
 
 @dataclass

@@ -7,8 +7,7 @@ import asyncio
 from aiohttp import web
 
 from edgeserve import responses, validation
-from edgeserve.errors import EngineError
-from edgeserve.http.handlers.common import authenticated_body
+from edgeserve.http.handlers.common import authenticated_body, engine_errors
 from edgeserve.http.keys import ENGINE, LIMITS, RECORD, SETTINGS
 
 
@@ -19,15 +18,8 @@ async def score_evaluation(request: web.Request) -> web.Response:
     work = validation.prepare_score(req, request.app[LIMITS])
     seconds = request.app[SETTINGS].request_timeout_s
     limit = asyncio.timeout(seconds)
-    try:
-        async with limit:  # a cancelled score() aborts the work in the engine
-            result = await request.app[ENGINE].score(work)
-    except EngineError as exc:
-        raise validation.engine_error(exc) from exc
-    except TimeoutError:
-        if not limit.expired():
-            raise
-        raise validation.request_timeout(seconds) from None
+    async with engine_errors(limit, seconds), limit:  # a cancelled score() aborts the work
+        result = await request.app[ENGINE].score(work)
     request[RECORD].prompt_tokens = result.n_tokens
     per_token = [list(t) for t in result.token_logprobs] if result.token_logprobs else None
     text = responses.score_body(responses.new_score_id(), req.model, list(result.scores), per_token)
