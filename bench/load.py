@@ -2,8 +2,8 @@
 
 Every request asks for exactly `max_tokens` tokens: the end-of-generation tokens are banned
 (each server in its own way), so a stream that ends earlier, without a `finish_reason`, or
-without `[DONE]` was cut short. Prompts differ per request (no server gets a prompt-cache hit
-across requests) but are the same for every server.
+without `[DONE]` was cut short. Prompts differ per request and round (no server gets a
+prompt-cache hit across requests) but are the same for every server.
 """
 
 from __future__ import annotations
@@ -26,13 +26,6 @@ EOG_IDS = (1, 106, 212)
 TIMEOUT = aiohttp.ClientTimeout(total=900, sock_read=300)
 
 
-def session(limit: int = 10) -> aiohttp.ClientSession:
-    """A client session that opens a fresh connection per request: llama-server closes
-    keep-alive connections after a stream, and every server should pay the same."""
-    connector = aiohttp.TCPConnector(limit=limit, force_close=True)
-    return aiohttp.ClientSession(connector=connector, timeout=TIMEOUT)
-
-
 WORDS = (
     "river stone lantern harbor winter garden signal copper meadow thunder orchard window "
     "market engine silver forest letter bridge candle mountain island shadow village ribbon "
@@ -52,6 +45,13 @@ def prompt_text(index: int, words: int) -> str:
     rng = random.Random(index)
     body = " ".join(rng.choice(WORDS) for _ in range(words))
     return f"Story {index}. Continue this list of words with a long story: {body}."
+
+
+def session(limit: int = 10) -> aiohttp.ClientSession:
+    """A client session that opens a fresh connection per request: llama-server closes
+    keep-alive connections after a stream, and every server should pay the same."""
+    connector = aiohttp.TCPConnector(limit=limit, force_close=True)
+    return aiohttp.ClientSession(connector=connector, timeout=TIMEOUT)
 
 
 def chat_body(kind: str, messages: list[dict[str, str]], max_tokens: int) -> dict[str, Any]:
