@@ -57,7 +57,7 @@ test-unit: install ## only the fast tests that need no model
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 lint: install ## ruff over the package and the tests
-	$(VENV)/bin/ruff check edgeserve tests
+	$(VENV)/bin/ruff check edgeserve tests bench
 
 model: $(MODEL) ## install the default model (Gemma 3 270M Q4_K_M) into models/
 

@@ -167,12 +167,14 @@ class Bench:
                 "idle_cpu_pct": cpu,
             }
         if c == 1:
-            await self.multi_turn(running)
-            for server in running:
-                memory[server.kind]["rss_after_multi_turn"] = server.rss().get("VmRSS")
-            await self.scoring(running)
-            for server in running:
-                memory[server.kind]["rss_after_scoring"] = server.rss().get("VmRSS")
+            for case in (self.multi_turn, self.scoring):
+                meter, started = CpuMeter(running), time.perf_counter()
+                await case(running)
+                if meter.other() > 0.2 * (time.perf_counter() - started):
+                    self.results["noisy_runs"].append(case.__name__)
+                for server in running:
+                    rss = server.rss().get("VmRSS")
+                    memory[server.kind][f"rss_after_{case.__name__}"] = rss
         for server in running:
             self.results["memory"][f"{server.kind}@{c}"] = memory[server.kind]
             servers.stop(server)
