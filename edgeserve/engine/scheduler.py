@@ -520,10 +520,11 @@ class Engine:
         token = lc.llama_sampler_sample(choice.sampler, model.ctx, idx)
         choice.n_gen += 1
         choice.generated.append(token)
+        end = model.is_eog(token)
         top_n = job.request.params.logprobs
-        if top_n is not None and not model.is_eog(token):
+        if top_n is not None and not end:
             self._emit(job, self._token_logprob(choice.index, idx, token, top_n))
-        if model.is_eog(token):
+        if end:
             self._emit_text(job, choice, self._drain_text(choice))
             self._finish(job, choice, "stop")
             return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -27,6 +28,18 @@ class RequestRecord:
     ttft_s: float | None = None
     gen_s: float | None = None
     error_status: int | None = None
+
+    def generated(
+        self, prompt: int, completion: int, cached: int, started: float, first: float | None
+    ) -> None:
+        """Note a finished generation: token counts, and (when any text came, at `first`)
+        time to first token from `started` and the generation time until now."""
+        self.prompt_tokens = prompt
+        self.completion_tokens = completion
+        self.cached_tokens = cached
+        if first is not None:
+            self.ttft_s = first - started
+            self.gen_s = time.perf_counter() - first
 
 
 SETTINGS = web.AppKey("edgeserve.settings", Settings)

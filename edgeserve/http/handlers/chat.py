@@ -79,7 +79,9 @@ async def _collect(
             reasons[event.index] = event.reason
             completion += event.completion_tokens
             cached = event.cached_tokens
-    _record(request, info, completion, started, first, cached)
+    request[RECORD].generated(
+        info.prompt_tokens, completion, cached or info.cached_tokens, started, first
+    )
     calls = (
         [parse_tool_calls(text) for text in texts] if validation.tool_calls_wanted(req) else None
     )
@@ -137,7 +139,9 @@ async def _stream(
             if not limit.expired():
                 raise
             err = validation.request_timeout(request.app[SETTINGS].request_timeout_s)
-            _record(request, info, completion, started, first, cached)
+            request[RECORD].generated(
+                info.prompt_tokens, completion, cached or info.cached_tokens, started, first
+            )
             request[RECORD].error_status = err.status
             await stream.send(responses.stream_error_event(err.status, err.detail))
             await stream.send(responses.sse_event("[DONE]"))
@@ -148,22 +152,7 @@ async def _stream(
             )
             await stream.send(usage)
         await stream.send(responses.sse_event("[DONE]"))
-        _record(request, info, completion, started, first, cached)
+        request[RECORD].generated(
+            info.prompt_tokens, completion, cached or info.cached_tokens, started, first
+        )
     return stream.response
-
-
-def _record(
-    request: web.Request,
-    info: PromptInfo,
-    completion: int,
-    started: float,
-    first: float | None,
-    cached: int = 0,
-) -> None:
-    record = request[RECORD]
-    record.prompt_tokens = info.prompt_tokens
-    record.cached_tokens = cached or info.cached_tokens
-    record.completion_tokens = completion
-    if first is not None:
-        record.ttft_s = first - started
-        record.gen_s = time.perf_counter() - first

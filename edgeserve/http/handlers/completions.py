@@ -94,13 +94,13 @@ class _Run:
 
     def record(self) -> None:
         """Fill the access-log record."""
-        record = self.request[RECORD]
-        record.prompt_tokens = self.prompt_tokens
-        record.cached_tokens = self.cached_tokens or 0
-        record.completion_tokens = self.completion_tokens
-        if self.first is not None:
-            record.ttft_s = self.first - self.started
-            record.gen_s = time.perf_counter() - self.first
+        self.request[RECORD].generated(
+            self.prompt_tokens,
+            self.completion_tokens,
+            self.cached_tokens or 0,
+            self.started,
+            self.first,
+        )
 
 
 class _Merged:
