@@ -272,7 +272,7 @@ class Bench:
             print(f"  scoring: {a.score_texts} texts, edgeserve vs a Llama loop ...", flush=True)
             await self.wait_quiet(running)
             self.results["scoring"] = await scoring.compare(
-                es.url, self.setup.model, self.setup.threads, a.score_texts, 80
+                es.url, self.setup.model, self.setup.threads, a.score_texts, 96
             )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import llama_cpp as lc
 
+from edgeserve.engine.scoring import LogSoftmax
 from edgeserve.engine.types import EngineConfig
 
 log = logging.getLogger("edgeserve.engine")
@@ -79,6 +80,7 @@ class LoadedModel:
         self._stack.callback(lc.llama_model_free, model)
         self.vocab = lc.llama_model_get_vocab(model)
         self.n_vocab = lc.llama_vocab_n_tokens(self.vocab)
+        self.softmax = LogSoftmax(self.n_vocab)
         self.metadata = _read_metadata(model)
         self.n_ctx_train = lc.llama_model_n_ctx_train(model)
         self.n_layer = lc.llama_model_n_layer(model)

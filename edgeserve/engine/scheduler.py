@@ -30,7 +30,7 @@ from edgeserve.engine.batch import TokenBatch
 from edgeserve.engine.chat_template import ChatTemplate, resolve_template
 from edgeserve.engine.model import SCORE_CHUNK, LoadedModel
 from edgeserve.engine.sampling import build_sampler, free_sampler, grammar_sampler, grammar_text
-from edgeserve.engine.scoring import ScoreJob, TextState, logsumexp, target_logprob
+from edgeserve.engine.scoring import ScoreJob, TextState
 from edgeserve.engine.sequence import Choice, Job, Sink
 from edgeserve.engine.slots import SlotPool
 from edgeserve.engine.types import (
@@ -466,7 +466,7 @@ class Engine:
                 row = np.ctypeslib.as_array(
                     lc.llama_get_logits_ith(ctx, off), shape=(model.n_vocab,)
                 )
-                text.logprobs.append(target_logprob(row, text.tokens[text.fed + off + 1]))
+                text.logprobs.append(model.softmax.logprob(row, text.tokens[text.fed + off + 1]))
             text.fed += take
             text = job.current_text()
         if text is None:
@@ -544,7 +544,7 @@ class Engine:
         model = self.model
         assert model is not None
         row = np.ctypeslib.as_array(lc.llama_get_logits_ith(model.ctx, idx), shape=(model.n_vocab,))
-        lse = logsumexp(row)
+        lse = model.softmax.logsumexp(row)
         top: tuple[tuple[bytes, float], ...] = ()
         if top_n > 0:
             best = np.argpartition(row, -top_n)[-top_n:]
