@@ -247,7 +247,16 @@ class Settings:
     threads: int = _setting(
         None, _integer(1), "CPU threads", "N", factory=physical_cores, shown="physical cores"
     )
-    batch_size: int = _setting(512, _integer(1), "tokens per llama_decode batch", "N")
+    batch_size: int = _setting(
+        2048,
+        _integer(1),
+        "prompt tokens per llama_decode while no stream is generating (run in micro-batches "
+        "of at most 512)",
+        "N",
+    )
+    prefill_chunk: int = _setting(
+        64, _integer(1), "prompt tokens per step while streams are generating", "N"
+    )
     max_queue: int = _setting(64, _integer(0), "waiting requests before 503", "N")
     chat_template: str | None = _setting(
         None,
@@ -333,6 +342,7 @@ class Settings:
             n_threads=self.threads,
             n_gpu_layers=self.n_gpu_layers,
             n_batch=self.batch_size,
+            prefill_chunk=self.prefill_chunk,
             max_queue=self.max_queue,
             chat_template=self.chat_template,
             flash_attn=self.flash_attn,

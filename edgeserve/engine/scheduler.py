@@ -1,9 +1,11 @@
 """The engine thread: continuous batching over llama.cpp sequences.
 
 One thread owns the model and context. Each step builds ONE `llama_decode` batch holding the
-next token of every generating sequence plus chunks of waiting prompts (up to `n_batch`),
-then samples each sequence with its own native sampler chain. Results reach the event loop
-with one `call_soon_threadsafe` per loop per step.
+next token of every generating sequence plus chunks of waiting prompts: up to `n_batch` tokens
+while nothing generates, else at most `prefill_chunk`, so a newcomer's prefill delays running
+streams by tens of milliseconds instead of a whole batch. Then it samples each sequence with
+its own native sampler chain. Results reach the event loop with one `call_soon_threadsafe` per
+loop per step.
 
 Admission is FIFO. A request needs `n` free sequence ids and a KV reservation of its prompt
 plus `n × min(max_tokens, n_ctx / parallel)` cells; a request alone in the engine is always
@@ -11,14 +13,15 @@ admitted. If the unified KV cache still runs out, the longest running choice end
 `length`.
 
 Score requests share the thread: their texts are decoded one at a time in a separate scoring
-context (see `_decode_once`), in chunks that alternate with generation steps, requesting logits
-only for rows that predict a scored token.
+context (see `_decode_once`), in chunks that alternate with generation steps (shorter chunks
+while streams run), requesting logits only for rows that predict a scored token.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +31,7 @@ import numpy as np
 
 from edgeserve.engine.batch import TokenBatch
 from edgeserve.engine.chat_template import ChatTemplate, resolve_template
-from edgeserve.engine.model import SCORE_CHUNK, LoadedModel
+from edgeserve.engine.model import SCORE_CHUNK, SCORE_CHUNK_BESIDE_STREAMS, LoadedModel
 from edgeserve.engine.sampling import build_sampler, free_sampler, grammar_sampler, grammar_text
 from edgeserve.engine.scoring import ScoreJob, TextState
 from edgeserve.engine.sequence import Choice, Job, Sink
@@ -54,6 +57,9 @@ from edgeserve.errors import (
 
 log = logging.getLogger("edgeserve.engine")
 
+# The scoring context is freed after this long without a score request.
+SCORE_CONTEXT_IDLE_S = 30.0
+
 
 class Engine:
     """Owns the engine thread. `submit` and `cancel` are safe to call from any thread."""
@@ -78,6 +84,7 @@ class Engine:
         self._prefix_tokens = 0
         self._reserved = 0
         self._score_turn = True
+        self._score_idle_since = 0.0
         self._next_id = 0
         self._outbox: dict[Any, list[tuple[Callable[[Any], None], Any]]] = {}
         self._thread = threading.Thread(target=self._run, name="edgeserve-engine", daemon=True)
@@ -221,7 +228,7 @@ class Engine:
                 and not self._scoring
                 and not (self._waiting and self._can_admit(self._waiting[0]))
             ):
-                self._cond.wait()
+                self._cond.wait(self._idle_housekeeping())
             if not self._running:
                 return False
             inbox, self._inbox = self._inbox, deque()
@@ -235,6 +242,20 @@ class Engine:
             self._decode_once(batch)
         self._flush()
         return True
+
+    def _idle_housekeeping(self) -> float | None:
+        """While idle: free the scoring context once it has gone unused for
+        SCORE_CONTEXT_IDLE_S. Returns how long to wait before looking again (None: until
+        woken)."""
+        model = self.model
+        assert model is not None
+        if not model.holds_score_context:
+            return None
+        left = self._score_idle_since + SCORE_CONTEXT_IDLE_S - time.monotonic()
+        if left > 0:
+            return left
+        model.release_score_context()
+        return None
 
     def _accept(self, job: Job | ScoreJob) -> None:
         """Tokenize a new request and check that it can ever fit; then it waits for a slot."""
@@ -409,11 +430,15 @@ class Engine:
                 if not choice.done:
                     idx = batch.add(choice.last_token, choice.n_past, choice.seq_id, True)
                     stepping.append((idx, job, choice))
+        # While streams generate, prompts get a small share of each step, so a newcomer's
+        # prefill delays their next token by a few tens of ms instead of a whole batch.
+        budget = self.config.prefill_chunk if stepping else batch.room
         prefills: list[tuple[Job, int, int | None]] = []
         for job in self._active:
-            if not job.prefilling or batch.room == 0:
+            if not job.prefilling or batch.room == 0 or budget == 0:
                 continue
-            take = min(batch.room, len(job.tokens) - job.prefilled)
+            take = min(batch.room, budget, len(job.tokens) - job.prefilled)
+            budget -= take
             last = job.prefilled + take == len(job.tokens)
             start = batch.add_span(
                 job.tokens[job.prefilled : job.prefilled + take],
@@ -444,7 +469,8 @@ class Engine:
         self._active = [j for j in self._active if not j.finished]
 
     def _score_step(self, batch: TokenBatch) -> None:
-        """One chunk (SCORE_CHUNK tokens, or the tail) of the oldest score request's text."""
+        """One chunk of the oldest score request's text: SCORE_CHUNK tokens, or fewer while
+        chat streams wait on this step, or the text's tail."""
         model = self.model
         assert model is not None
         job = self._scoring[0]
@@ -456,7 +482,8 @@ class Engine:
             ctx, memory = model.score_context()
             if text.fed == 0:
                 lc.llama_memory_clear(memory, True)
-            take = min(len(text.tokens) - text.fed, SCORE_CHUNK)
+            chunk = SCORE_CHUNK_BESIDE_STREAMS if self._active else SCORE_CHUNK
+            take = min(len(text.tokens) - text.fed, chunk)
             outs = text.outputs_in(text.fed, take)
             batch.add_span(text.tokens[text.fed : text.fed + take], text.fed, 0, outs)
             rc = batch.decode(ctx)
@@ -471,6 +498,7 @@ class Engine:
             text = job.current_text()
         if text is None:
             self._scoring.pop(0)
+            self._score_idle_since = time.monotonic()
             self._emit(job, job.result())
 
     def _classify(self, batch: TokenBatch, text: TextState) -> None:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from llama_cpp import Llama
 
+from edgeserve.engine import scheduler
 from tests.integration.conftest import EOS_BAN
 
 TEXTS = [
@@ -150,3 +151,17 @@ async def test_text_longer_than_the_context_names_index_and_counts(client, engin
         "/v1/score/evaluation", json={"model": "m", "messages": texts, "max_length": 64}
     )
     assert resp.status == 200
+
+
+async def test_idle_scoring_context_is_freed_and_made_again(client, engine, monkeypatch):
+    monkeypatch.setattr(scheduler, "SCORE_CONTEXT_IDLE_S", 0.2)
+    body = {"model": "m", "messages": ["Hello world", "Paris"]}
+    first = await (await client.post("/v1/score/evaluation", json=body)).json()
+    for _ in range(100):
+        if not engine.model.holds_score_context:
+            break
+        await asyncio.sleep(0.05)
+    assert not engine.model.holds_score_context, "freed after SCORE_CONTEXT_IDLE_S idle"
+    again = await (await client.post("/v1/score/evaluation", json=body)).json()
+    assert again["scores"] == first["scores"]
+    assert engine.model.holds_score_context
