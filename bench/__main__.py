@@ -5,7 +5,8 @@
 For each concurrency N, the servers start together (`--parallel N`, same model, threads and
 context) and take turns under the same streaming load, the order rotating every round so that
 machine drift cancels (at N=1 llama-bench takes its turn too); then they stop. At N=1 the
-multi-turn chat case and the scoring comparison run as well. Prints the table and the
+multi-turn chat case and the scoring comparison run as well; at the highest N, edgeserve takes
+a memory soak of short mixed requests. Prints the table and the
 PRODUCT.md section 7 targets; writes bench/results/bench-<time>.json and .png.
 """
 
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import load, report, scoring
+from bench import load, report, scoring, soak
 from bench.anchors import (
     ALL_SERVERS,
     EDGESERVE,
@@ -55,6 +56,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--conversations", type=int, help="multi-turn chats [4; quick 2]")
     p.add_argument("--score-texts", type=int, help="texts for the scoring case [64; quick 8]")
     p.add_argument("--no-scoring", action="store_true", help="skip the scoring comparison")
+    p.add_argument("--soak-requests", type=int, help="edgeserve memory soak [1000; quick 200]")
     p.add_argument("--edgeserve", type=Path, default=Path(".venv/bin/edgeserve"))
     p.add_argument(
         "--llamacpp-bin", type=Path, default=Path("~/.cache/edgeserve/llamacpp/build/bin")
@@ -70,7 +72,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = p.parse_args(argv)
     sizes = {"tokens": (128, 32), "requests": (2, 1), "rounds": (3, 2), "prompt_words": (128, 64),
-             "conversations": (4, 2), "score_texts": (64, 8)}  # fmt: skip
+             "conversations": (4, 2), "score_texts": (64, 8),
+             "soak_requests": (1000, 200)}  # fmt: skip
     for name, (full, quick) in sizes.items():
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
@@ -175,6 +178,8 @@ class Bench:
                 for server in running:
                     rss = server.rss().get("VmRSS")
                     memory[server.kind][f"rss_after_{case.__name__}"] = rss
+        if c == max(self.levels):
+            await self.soak(running, c)
         for server in running:
             self.results["memory"][f"{server.kind}@{c}"] = memory[server.kind]
             servers.stop(server)
@@ -247,6 +252,17 @@ class Bench:
             flush=True,
         )
         return res.to_json() | {"round": rnd}
+
+    async def soak(self, running: list[Server], c: int) -> None:
+        """edgeserve's resident memory over --soak-requests short mixed requests."""
+        es = next((s for s in running if s.kind == EDGESERVE), None)
+        if es is None or self.args.soak_requests <= 0:
+            return
+        print(f"  soak: {self.args.soak_requests} mixed requests, {c} at a time ...", flush=True)
+        result = await soak.soak(
+            es.url, self.args.soak_requests, c, lambda: es.rss().get("VmRSS", 0)
+        )
+        self.results["soak"] = result | {"concurrency": c}
 
     async def multi_turn(self, running: list[Server]) -> None:
         """At --parallel 1: two-turn chats, alternating servers."""

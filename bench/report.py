@@ -11,6 +11,8 @@ from typing import Any
 from bench.anchors import ALL_SERVERS, EDGESERVE, LCP_SERVER, LLAMA_SERVER
 
 MIB = 1024 * 1024
+# "Flat" over the soak: what the allocator may keep of a burst, not a per-request leak.
+SOAK_SLACK_MIB = 16
 # (label, run field, format, higher is better)
 RUN_ROWS = (
     ("aggregate tok/s", "aggregate_tps", "{:.1f}", True),
@@ -19,6 +21,7 @@ RUN_ROWS = (
     ("TTFT p95 ms", "ttft_p95_ms", "{:.0f}", False),
     ("inter-token p50 ms", "itl_p50_ms", "{:.1f}", False),
     ("inter-token p99 ms", "itl_p99_ms", "{:.1f}", False),
+    ("inter-token max ms", "itl_max_ms", "{:.0f}", False),
     ("streams cut short", "short", "{:.0f}", False),
 )
 SHORT_NAMES = {EDGESERVE: "edgeserve", LLAMA_SERVER: "llama-server", LCP_SERVER: "llama_cpp.srv"}
@@ -121,6 +124,14 @@ def table(results: dict[str, Any]) -> str:
             f"{sc['loop_texts_per_s']:.1f} texts/s, ratio {sc['ratio']:.2f}x, "
             f"max |diff| {sc['max_abs_diff']:.1e}"
         )
+    sk = results.get("soak")
+    if sk:
+        lines.append(
+            f"soak: {sk['requests']} mixed requests at concurrency {sk['concurrency']}: edgeserve "
+            f"RSS {_mib(sk['rss_base']):.0f} MiB after the first tenth -> {_mib(sk['rss_end']):.0f}"
+            f" MiB at the end ({_mib(sk['rss_growth']):+.1f} MiB); "
+            + ", ".join(f"{k}: {v}" for k, v in sk["outcomes"].items())
+        )
     lines.append("ratios: higher is better for tok/s, lower is better for TTFT, latency and RSS")
     noisy = results.get("noisy_runs") or []
     if noisy:
@@ -184,6 +195,16 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
     for c in cfg["concurrency"]:
         idle = _mib(get(c, EDGESERVE, "rss_idle"))
         out.append(_at_most(f"idle RSS <= model + 100 MiB (--parallel {c})", idle, limit, 1, "MiB"))
+    sk = results.get("soak")
+    if sk:
+        growth = _mib(sk["rss_growth"]) or 0.0
+        out.append(
+            (
+                f"RSS flat over the {sk['requests']}-request soak (growth <= {SOAK_SLACK_MIB} MiB)",
+                growth <= SOAK_SLACK_MIB,
+                f"{growth:+.1f} MiB",
+            )
+        )
     sc = results.get("scoring")
     if sc:
         out.append(("scoring >= 2x the Llama loop", sc["ratio"] >= 2, f"{sc['ratio']:.2f}x"))

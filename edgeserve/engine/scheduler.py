@@ -489,11 +489,19 @@ class Engine:
             rc = batch.decode(ctx)
             if rc != 0:
                 raise RuntimeError(f"llama_decode (scoring) failed with status {rc}")
+            top_n = job.request.top_logprobs
             for off in outs:
                 row = np.ctypeslib.as_array(
                     lc.llama_get_logits_ith(ctx, off), shape=(model.n_vocab,)
                 )
-                text.logprobs.append(model.softmax.logprob(row, text.tokens[text.fed + off + 1]))
+                position = text.fed + off + 1
+                target = text.tokens[position]
+                if top_n is None:
+                    text.logprobs.append(model.softmax.logprob(row, target))
+                else:
+                    detail = self._describe(row, position, target, top_n)
+                    text.details.append(detail)
+                    text.logprobs.append(detail.logprob)
             text.fed += take
             text = job.current_text()
         if text is None:
@@ -551,7 +559,10 @@ class Engine:
         end = model.is_eog(token)
         top_n = job.request.params.logprobs
         if top_n is not None and not end:
-            self._emit(job, self._token_logprob(choice.index, idx, token, top_n))
+            row = np.ctypeslib.as_array(
+                lc.llama_get_logits_ith(model.ctx, idx), shape=(model.n_vocab,)
+            )
+            self._emit(job, self._describe(row, choice.index, token, top_n))
         if end:
             self._emit_text(job, choice, self._drain_text(choice))
             self._finish(job, choice, "stop")
@@ -566,12 +577,11 @@ class Engine:
         else:
             choice.last_token = token
 
-    def _token_logprob(self, index: int, idx: int, token: int, top_n: int) -> TokenLogprob:
-        """The sampled token's log-probability from batch row `idx`'s raw logits, read in place
-        (no copy of the row), and the `top_n` most likely tokens."""
+    def _describe(self, row: np.ndarray, index: int, token: int, top_n: int) -> TokenLogprob:
+        """`token`'s log-probability from a raw logit row, read in place (no copy of the row),
+        and the `top_n` most likely tokens."""
         model = self.model
         assert model is not None
-        row = np.ctypeslib.as_array(lc.llama_get_logits_ith(model.ctx, idx), shape=(model.n_vocab,))
         lse = model.softmax.logsumexp(row)
         top: tuple[tuple[bytes, float], ...] = ()
         if top_n > 0:

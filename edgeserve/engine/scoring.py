@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgeserve.engine.sequence import Sink
-from edgeserve.engine.types import ScoreRequest, ScoreResult
+from edgeserve.engine.types import ScoreRequest, ScoreResult, TokenLogprob
 
 
 class LogSoftmax:
@@ -52,6 +52,7 @@ class TextState:
     classify: bool = False
     fed: int = 0
     logprobs: list[float] = field(default_factory=list)
+    details: list[TokenLogprob] = field(default_factory=list)
 
     @property
     def n_rows(self) -> int:
@@ -100,8 +101,14 @@ class ScoreJob:
             if self.request.return_token_logprobs
             else None
         )
+        details = (
+            tuple(tuple(t.details) for t in self.texts)
+            if self.request.top_logprobs is not None
+            else None
+        )
         return ScoreResult(
             scores=tuple(scores),
             token_logprobs=per_token,
             n_tokens=sum(len(t.tokens) for t in self.texts),
+            tokens=details,
         )

@@ -95,15 +95,22 @@ class ScoreRequest:
     max_length: int | None = None
     reduction: Literal["mean", "sum"] = "mean"
     return_token_logprobs: bool = False
+    top_logprobs: int | None = None
 
 
 @dataclass(frozen=True)
 class ScoreResult:
-    """One score per text in request order, plus per-token log-probabilities when asked."""
+    """One score per text in request order, plus per-token log-probabilities when asked.
+
+    With `ScoreRequest.top_logprobs` set, `tokens` describes each text's scored tokens in
+    order: `TokenLogprob.index` is the token's position in the text's tokens (BOS, when the
+    model adds one, is position 0 and is never scored), with its bytes and alternatives.
+    """
 
     scores: tuple[float, ...]
     token_logprobs: tuple[tuple[float, ...], ...] | None = None
     n_tokens: int = 0
+    tokens: tuple[tuple[TokenLogprob, ...], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -117,7 +124,8 @@ class TextDelta:
 @dataclass(frozen=True)
 class TokenLogprob:
     """Sent per sampled token when `SamplingParams.logprobs` is set: the token's log-probability
-    under the model (before sampling adjustments) and the `logprobs` most likely alternatives."""
+    under the model (before sampling adjustments) and the `logprobs` most likely alternatives.
+    Also describes a scored token (see ScoreResult.tokens)."""
 
     index: int
     token: bytes

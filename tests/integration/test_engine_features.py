@@ -1,4 +1,5 @@
-"""Engine features the HTTP layer builds on: grammars and token log-probabilities."""
+"""Engine features the HTTP layer builds on: grammars, token log-probabilities and the
+described tokens of a scored prompt."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from edgeserve.engine.types import (
     GenerationRequest,
     GrammarSpec,
     SamplingParams,
+    ScoreRequest,
     TextDelta,
     TokenLogprob,
 )
@@ -87,3 +89,23 @@ async def test_token_logprobs_are_normalised_and_ranked(engine):
         assert values == sorted(values, reverse=True)
         assert sum(math.exp(v) for v in values) <= 1.0 + 1e-6
         assert lp.logprob == pytest.approx(values[0], abs=1e-6), "greedy picks the top token"
+
+
+async def test_scored_tokens_are_described_with_alternatives(engine):
+    texts = ("The cat sat on the mat.", "Zürich 😀")
+    client = EngineClient(engine)
+    plain = await client.score(ScoreRequest(texts, return_token_logprobs=True))
+    described = await client.score(ScoreRequest(texts, top_logprobs=2))
+    assert plain.tokens is None
+    assert described.scores == plain.scores
+    assert described.tokens is not None
+    for text, details, values in zip(texts, described.tokens, plain.token_logprobs, strict=True):
+        assert [d.logprob for d in details] == list(values)
+        assert [d.index for d in details] == list(range(1, len(details) + 1)), "BOS is 0"
+        assert b"".join(d.token for d in details).decode() == text
+        for d in details:
+            (first, best), (second, runner_up) = d.top
+            assert best >= runner_up
+            assert d.logprob <= best + 1e-6
+            if d.token not in (first, second):
+                assert d.logprob <= runner_up + 1e-6, "a token outside the top 2 ranks below it"

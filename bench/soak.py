@@ -1,0 +1,84 @@
+"""The soak: many short, mixed requests against edgeserve, its resident memory sampled as it goes.
+
+PRODUCT.md section 7 asks for memory that stays flat over 1,000 requests. The mix exercises
+every path that allocates: streamed and plain chat (n=2 too), legacy completions, scoring, a
+stream the client drops after its first chunk, and a bad request. Prompts differ per request,
+so the prefix cache keeps turning over. Growth is measured from the sample after the first
+tenth of the requests (caches that fill once, such as token pieces, are full by then) to the
+end, after a short idle pause.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+
+from bench.load import EOG_IDS, TIMEOUT, prompt_text
+
+SAMPLES = 10
+
+
+def _request(index: int) -> tuple[str, dict[str, Any], str]:
+    """(path, body, kind) of request `index`: the mix cycles through six kinds."""
+    prompt = prompt_text(10_000 + index, 12)
+    chat = {
+        "model": "soak",
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": 4,
+        "logit_bias": {str(t): -100 for t in EOG_IDS},
+    }
+    kinds: list[tuple[str, dict[str, Any], str]] = [
+        ("/v1/chat/completions", chat | {"stream": True}, "stream"),
+        ("/v1/chat/completions", chat | {"n": 2}, "chat n=2"),
+        ("/v1/completions", {"model": "soak", "prompt": prompt, "max_tokens": 4}, "completion"),
+        ("/v1/score/evaluation", {"model": "soak", "messages": [prompt, prompt[:40]]}, "score"),
+        ("/v1/chat/completions", chat | {"stream": True, "max_tokens": 64}, "dropped stream"),
+        ("/v1/chat/completions", chat | {"messages": []}, "bad request"),
+    ]
+    return kinds[index % len(kinds)]
+
+
+async def _one(http: aiohttp.ClientSession, url: str, index: int) -> str:
+    """Send request `index`; returns "<kind> <status>" (a dropped stream reads one chunk)."""
+    path, body, kind = _request(index)
+    async with http.post(url + path, json=body) as resp:
+        if kind == "dropped stream":
+            await resp.content.readany()
+            resp.close()
+        else:
+            await resp.read()
+        return f"{kind} {resp.status}"
+
+
+async def soak(url: str, requests: int, concurrency: int, rss: Callable[[], int]) -> dict[str, Any]:
+    """Run `requests` requests, `concurrency` at a time; RSS (bytes) sampled SAMPLES times."""
+    outcomes: Counter[str] = Counter()
+    samples: list[int] = []
+    step = max(1, requests // SAMPLES)
+    sem = asyncio.Semaphore(concurrency)
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector, timeout=TIMEOUT) as http:
+
+        async def bounded(i: int) -> str:
+            async with sem:
+                return await _one(http, url, i)
+
+        for start in range(0, requests, step):
+            batch = range(start, min(requests, start + step))
+            outcomes.update(await asyncio.gather(*(bounded(i) for i in batch)))
+            samples.append(rss())
+    await asyncio.sleep(2.0)
+    end = rss()
+    base = samples[0]
+    return {
+        "requests": requests,
+        "outcomes": dict(sorted(outcomes.items())),
+        "rss_samples": samples,
+        "rss_base": base,
+        "rss_end": end,
+        "rss_growth": end - base,
+    }
