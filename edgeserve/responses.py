@@ -16,13 +16,17 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from edgeserve.logprobs import AlignedLogprob
 from edgeserve.protocol import (
     ChatCompletionMessage,
     ChatCompletionResponse,
     ChatCompletionResponseChoice,
     ChatCompletionStreamResponse,
     ChatCompletionStreamResponseChoice,
+    ChatCompletionTokenLogprob,
+    ChoiceLogprobs,
     CompletionChoice,
+    CompletionLogprobs,
     CompletionResponse,
     Finish,
     Function,
@@ -32,6 +36,7 @@ from edgeserve.protocol import (
     PromptTokensDetails,
     Role,
     ScoreEvaluationResponse,
+    TopLogprob,
     Usage,
 )
 from edgeserve.tool_calls import ToolCall
@@ -85,21 +90,26 @@ def chat_completion_body(
     *,
     created: int | None = None,
     tool_calls: Sequence[Sequence[ToolCall] | None] | None = None,
+    logprobs: Sequence[Sequence[AlignedLogprob]] | None = None,
 ) -> bytes:
     """The non-stream response: `choices` are (text, engine finish reason) in index order.
 
     `created` defaults to now. `tool_calls[i]`, when given and non-empty, makes choice i a tool
     call answer (reference section 6): content null, the calls with fresh `call_<32 hex>` ids,
-    and finish_reason "tool_calls" whatever the engine's reason was.
+    and finish_reason "tool_calls" whatever the engine's reason was. `logprobs[i]`, when given,
+    are choice i's token log-probabilities (the choice then has a `logprobs` key).
     """
     calls = list(tool_calls) if tool_calls is not None else [None] * len(choices)
+    entries = list(logprobs) if logprobs is not None else [None] * len(choices)
     response = ChatCompletionResponse(
         id=id,
         created=int(time.time()) if created is None else created,
         model=model,
         choices=[
-            _chat_choice(index, text, reason, found)
-            for index, ((text, reason), found) in enumerate(zip(choices, calls, strict=True))
+            _chat_choice(index, text, reason, found, aligned)
+            for index, ((text, reason), found, aligned) in enumerate(
+                zip(choices, calls, entries, strict=True)
+            )
         ],
         usage=build_usage(prompt_tokens, completion_tokens, cached_tokens),
     )
@@ -107,12 +117,20 @@ def chat_completion_body(
 
 
 def _chat_choice(
-    index: int, text: str, reason: str, calls: Sequence[ToolCall] | None
+    index: int,
+    text: str,
+    reason: str,
+    calls: Sequence[ToolCall] | None,
+    logprobs: Sequence[AlignedLogprob] | None,
 ) -> ChatCompletionResponseChoice:
+    wire_logprobs = None if logprobs is None else chat_logprobs(logprobs)
     if not calls:
         message = ChatCompletionMessage(role=Role.ASSISTANT, content=text)
         return ChatCompletionResponseChoice(
-            index=index, message=message, finish_reason=wire_finish_reason(reason)
+            index=index,
+            message=message,
+            logprobs=wire_logprobs,
+            finish_reason=wire_finish_reason(reason),
         )
     wire_calls = [
         FunctionCall(
@@ -121,7 +139,46 @@ def _chat_choice(
         for call in calls
     ]
     message = ChatCompletionMessage(role=Role.ASSISTANT, content=None, tool_calls=wire_calls)
-    return ChatCompletionResponseChoice(index=index, message=message, finish_reason=Finish.TOOL)
+    return ChatCompletionResponseChoice(
+        index=index, message=message, logprobs=wire_logprobs, finish_reason=Finish.TOOL
+    )
+
+
+def token_text(token: bytes) -> str:
+    """A token's bytes as text; bytes that are not whole UTF-8 characters (a token may hold
+    part of one) are written as `\\xNN` escapes."""
+    return token.decode("utf-8", errors="backslashreplace")
+
+
+def chat_logprobs(entries: Sequence[AlignedLogprob]) -> ChoiceLogprobs:
+    """OpenAI's chat `logprobs` object for these tokens (`refusal` null)."""
+    return ChoiceLogprobs(
+        content=[
+            ChatCompletionTokenLogprob(
+                token=token_text(entry.logprob.token),
+                logprob=entry.logprob.logprob,
+                bytes=list(entry.logprob.token),
+                top_logprobs=[
+                    TopLogprob(token=token_text(token), logprob=value, bytes=list(token))
+                    for token, value in entry.logprob.top
+                ],
+            )
+            for entry in entries
+        ],
+        refusal=None,
+    )
+
+
+def completion_logprobs(entries: Sequence[AlignedLogprob]) -> CompletionLogprobs:
+    """OpenAI's legacy completion `logprobs` object for these tokens."""
+    return CompletionLogprobs(
+        tokens=[token_text(entry.logprob.token) for entry in entries],
+        token_logprobs=[entry.logprob.logprob for entry in entries],
+        top_logprobs=[
+            {token_text(token): value for token, value in entry.logprob.top} for entry in entries
+        ],
+        text_offset=[entry.text_offset for entry in entries],
+    )
 
 
 def completion_body(
@@ -133,16 +190,24 @@ def completion_body(
     cached_tokens: int | None = None,
     *,
     created: int | None = None,
+    logprobs: Sequence[Sequence[AlignedLogprob]] | None = None,
 ) -> bytes:
     """A legacy text completion: `choices` are (text, engine finish reason) in index order;
-    compact JSON, every field present (`logprobs` null). `created` defaults to now."""
+    compact JSON, every field present (`logprobs` null unless `logprobs[i]` gives choice i's
+    token log-probabilities). `created` defaults to now."""
+    entries = list(logprobs) if logprobs is not None else [None] * len(choices)
     response = CompletionResponse(
         id=id,
         created=int(time.time()) if created is None else created,
         model=model,
         choices=[
-            CompletionChoice(text=text, index=index, finish_reason=wire_finish_reason(reason))
-            for index, (text, reason) in enumerate(choices)
+            CompletionChoice(
+                text=text,
+                index=index,
+                logprobs=None if aligned is None else completion_logprobs(aligned),
+                finish_reason=wire_finish_reason(reason),
+            )
+            for index, ((text, reason), aligned) in enumerate(zip(choices, entries, strict=True))
         ],
         usage=build_usage(prompt_tokens, completion_tokens, cached_tokens),
     )
@@ -150,12 +215,20 @@ def completion_body(
 
 
 def completion_chunk(
-    id: str, model: str, created: int, index: int, text: str, finish_reason: str | None = None
+    id: str,
+    model: str,
+    created: int,
+    index: int,
+    text: str,
+    finish_reason: str | None = None,
+    logprobs: Sequence[AlignedLogprob] | None = None,
 ) -> bytes:
     """One streamed completion event: new text for choice `index`, or (with the engine's
-    `finish_reason`) the choice's last event, whose text is usually empty."""
+    `finish_reason`) the choice's last event, whose text is usually empty; `logprobs`, when
+    given, are the tokens whose text this event releases."""
     finish = None if finish_reason is None else wire_finish_reason(finish_reason)
-    choice = CompletionChoice(text=text, index=index, finish_reason=finish)
+    wire_logprobs = None if logprobs is None else completion_logprobs(logprobs)
+    choice = CompletionChoice(text=text, index=index, logprobs=wire_logprobs, finish_reason=finish)
     chunk = CompletionResponse(id=id, created=created, model=model, choices=[choice])
     return sse_event(chunk.model_dump(mode="json", exclude={"usage"}))
 
@@ -211,10 +284,20 @@ def role_chunk(id: str, model: str, created: int, index: int = 0) -> bytes:
     return _chunk(id, model, created, [choice])
 
 
-def content_chunk(id: str, model: str, created: int, text: str, index: int = 0) -> bytes:
-    """One text delta (callers skip empty text, as the reference does)."""
+def content_chunk(
+    id: str,
+    model: str,
+    created: int,
+    text: str,
+    index: int = 0,
+    logprobs: Sequence[AlignedLogprob] | None = None,
+) -> bytes:
+    """One text delta (callers skip empty text, as the reference does); `logprobs`, when
+    given, are the tokens whose text this delta releases."""
     delta = ChatCompletionMessage(content=text)
     choice = ChatCompletionStreamResponseChoice(index=index, delta=delta, finish_reason=None)
+    if logprobs is not None:
+        choice.logprobs = chat_logprobs(logprobs)
     return _chunk(id, model, created, [choice])
 
 

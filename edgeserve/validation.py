@@ -30,17 +30,18 @@ import os
 import re
 import socket
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, TypeVar
 from urllib.parse import urlparse
 
 from pydantic import BaseModel, ValidationError
 
-from edgeserve import errors
+from edgeserve import errors, grammars
 from edgeserve.engine.types import (
     ChatPrompt,
     ChatTurn,
     GenerationRequest,
+    GrammarSpec,
     SamplingParams,
     ScoreRequest,
 )
@@ -49,7 +50,9 @@ from edgeserve.protocol import (
     ChatMessage,
     CompletionRequest,
     FunctionAvailable,
+    FunctionDefinition,
     MultimodalInputItem,
+    ResponseFormat,
     Role,
     ScoreEvaluationRequest,
 )
@@ -118,16 +121,22 @@ class Detail:
         '"tool_choice" must be "none", "auto", "required" or '
         '{{"type": "function", "function": {{"name": "..."}}}}, got {value}.'
     )
-    TOOL_CHOICE_UNSUPPORTED = (
-        '"tool_choice": {value} is not supported yet (forcing a tool call needs '
-        'grammar-constrained sampling); use "auto" or leave it out.'
+    TOOL_CHOICE_WITHOUT_TOOLS = (
+        '"tool_choice": {value} forces a tool call but the request has no "tools"; '
+        "add the functions or leave tool_choice out."
+    )
+    TOOL_CHOICE_UNKNOWN_FUNCTION = (
+        '"tool_choice" names the function {name}, which is not in "tools" ({known}); '
+        "name one of those."
     )
     SUFFIX_UNSUPPORTED = (
         '"suffix" is not supported (this server does no fill-in-the-middle); '
         "leave it out or send null."
     )
-    COMPLETION_LOGPROBS_UNSUPPORTED = (
-        '"logprobs" is not supported yet on /v1/completions; leave it out or send null.'
+    ECHO_LOGPROBS_UNSUPPORTED = (
+        '"logprobs" with "echo" would need the log-probabilities of the prompt\'s tokens, which '
+        "this server does not compute; leave out one of them (POST /v1/score/evaluation with "
+        '"return_token_logprobs": true scores a text).'
     )
     ECHO_SCORING_UNSUPPORTED = (
         '"max_tokens": 0 with "echo" (scoring the prompt) is not supported yet; score texts '
@@ -148,6 +157,17 @@ class Detail:
     )
     JSON_SCHEMA_MISSING = (
         '"response_format" has type "json_schema" but no "json_schema"; add the schema object.'
+    )
+    JSON_SCHEMA_WITHOUT_SCHEMA = (
+        '"response_format.json_schema" has no "schema" object; put the JSON schema of the '
+        'answer there, or use {"type": "json_object"} for any JSON object.'
+    )
+    JSON_SCHEMA_UNUSABLE = (
+        '"response_format.json_schema.schema" cannot be turned into a grammar: {error}; '
+        'simplify the schema, or use {{"type": "json_object"}}.'
+    )
+    TOP_LOGPROBS_WITHOUT_LOGPROBS = (
+        '"top_logprobs" requires "logprobs": true; set it or leave top_logprobs out.'
     )
     TOO_MANY_TEXTS = (
         '"messages" has {count} texts but this server scores at most {limit} per request; '
@@ -207,6 +227,9 @@ _TOKEN_ID: Final = re.compile(r"[0-9]{1,9}")
 _LOGIT_BIAS_BOUND: Final = 100.0
 _INT32_MAX: Final = 2**31 - 1
 _MAX_ECHO_DEPTH: Final = 100
+MAX_TOP_LOGPROBS: Final = 20
+"""The most alternatives per token: chat's top_logprobs (OpenAI's limit) and the legacy
+completions' logprobs (OpenAI allows 5 there)."""
 
 _Model = TypeVar("_Model", bound=BaseModel)
 
@@ -421,8 +444,9 @@ async def prepare_chat(req: ChatCompletionRequest, limits: Limits) -> Generation
     Order: Invalid length; system pop; Only supports u/a/u/a/u...; per message the role check
     then content processing (media checks E7–E13); tools; if streaming, "Cannot stream function
     calls." then "Cannot stream multiple responses."; then edgeserve's own checks, which replace
-    errors the reference only hits in its engine (null content, media for a text-only model,
-    invalid Unicode, sampling values and limits).
+    errors the reference only hits in its engine (null content, media for a text-only model),
+    then tool_choice, sampling values and limits (logprobs included), response_format, invalid
+    Unicode and last the output grammar (a forced tool call or the response format).
 
     ChatTurn roles are the OpenAI names user/assistant/tool/function: "tool" is a tool result
     (the reference's "observation"), and "function" is the assistant's own tool calls, with the
@@ -450,8 +474,9 @@ async def prepare_chat(req: ChatCompletionRequest, limits: Limits) -> Generation
         raise _bad(Detail.CANNOT_STREAM_N)
     if late:
         raise _bad(late[0])
-    _check_tool_choice(req.tool_choice)
+    forced = _forced_functions(req)
     params = _sampling_params(req, limits)
+    schema = _response_schema(req.response_format)
     _check_unicode(
         [
             ("model", req.model),
@@ -461,8 +486,11 @@ async def prepare_chat(req: ChatCompletionRequest, limits: Limits) -> Generation
             *(("stop", text) for text in params.stop),
         ]
     )
+    grammar = None
+    if forced or _format_kind(req) != "text":
+        grammar = await asyncio.to_thread(_grammar, req, forced, schema)
     prompt = ChatPrompt(messages=tuple(turns), system=system, tools=tools)
-    return GenerationRequest(prompt=prompt, params=params, n=req.n)
+    return GenerationRequest(prompt=prompt, params=replace(params, grammar=grammar), n=req.n)
 
 
 def tool_calls_wanted(req: ChatCompletionRequest) -> bool:
@@ -471,11 +499,13 @@ def tool_calls_wanted(req: ChatCompletionRequest) -> bool:
     return bool(req.tools) and req.tool_choice != "none"
 
 
-def _check_tool_choice(choice: Any) -> None:
-    """Absent, "none" and "auto" pass; "required" and a named function need a grammar that
-    forces the call, which the chat path does not build yet; anything else is malformed."""
+def _forced_functions(req: ChatCompletionRequest) -> list[FunctionDefinition] | None:
+    """The functions `tool_choice` forces the answer to call one of: all of them for
+    "required", one for a named function; None when no call is forced (absent, "none",
+    "auto"). 400 for a malformed value, a forced call without tools or an unknown name."""
+    choice = req.tool_choice
     if choice is None or choice in ("none", "auto"):
-        return
+        return None
     value = json.dumps(choice, ensure_ascii=False)
     named = (
         isinstance(choice, dict)
@@ -483,9 +513,75 @@ def _check_tool_choice(choice: Any) -> None:
         and isinstance(choice.get("function"), dict)
         and isinstance(choice["function"].get("name"), str)
     )
-    if choice == "required" or named:
-        raise _bad(Detail.TOOL_CHOICE_UNSUPPORTED.format(value=value))
-    raise _bad(Detail.TOOL_CHOICE_INVALID.format(value=value))
+    if choice != "required" and not named:
+        raise _bad(Detail.TOOL_CHOICE_INVALID.format(value=value))
+    functions = _functions(req)
+    if not functions:
+        raise _bad(Detail.TOOL_CHOICE_WITHOUT_TOOLS.format(value=value))
+    if not named:
+        return functions
+    name = choice["function"]["name"]
+    chosen = [function for function in functions if function.name == name]
+    if not chosen:
+        known = ", ".join(json.dumps(f.name, ensure_ascii=False) for f in functions)
+        raise _bad(
+            Detail.TOOL_CHOICE_UNKNOWN_FUNCTION.format(
+                name=json.dumps(name, ensure_ascii=False), known=known
+            )
+        )
+    return chosen[:1]
+
+
+def _response_schema(response_format: ResponseFormat | None) -> dict[str, Any] | None:
+    """The JSON schema of a "json_schema" response format (None for other types); 400 when
+    the schema object is missing."""
+    if response_format is None or response_format.type != "json_schema":
+        return None
+    if not response_format.json_schema:
+        raise _bad(Detail.JSON_SCHEMA_MISSING)
+    schema = response_format.json_schema.get("schema")
+    if not isinstance(schema, dict):
+        raise _bad(Detail.JSON_SCHEMA_WITHOUT_SCHEMA)
+    return schema
+
+
+def _functions(req: ChatCompletionRequest) -> list[FunctionDefinition]:
+    return [tool.function for tool in req.tools or () if tool.function is not None]
+
+
+def _format_kind(req: ChatCompletionRequest) -> str:
+    return req.response_format.type if req.response_format else "text"
+
+
+def _grammar(
+    req: ChatCompletionRequest,
+    forced: list[FunctionDefinition] | None,
+    schema: dict[str, Any] | None,
+) -> GrammarSpec | None:
+    """The grammar the answer must follow. A forced tool call wins over `response_format`
+    (which shapes text answers; a forced call has none). With tools the model may call, the
+    answer is either a call or text in the response format. Called off the event loop, since
+    converting a large schema takes a while."""
+    if forced:
+        return GrammarSpec("gbnf", _tool_call_grammar(forced))
+    if _format_kind(req) == "text":
+        return None
+    if schema is None:
+        answer, text = GrammarSpec("json_object"), grammars.ANY_JSON_OBJECT
+    else:
+        try:
+            text = grammars.schema_grammar(schema)
+        except grammars.GrammarError as exc:
+            raise _bad(Detail.JSON_SCHEMA_UNUSABLE.format(error=exc)) from exc
+        _check_unicode([("response_format", text)])
+        answer = GrammarSpec("gbnf", text)
+    if not tool_calls_wanted(req):
+        return answer
+    return GrammarSpec("gbnf", grammars.either([_tool_call_grammar(_functions(req)), text]))
+
+
+def _tool_call_grammar(functions: list[FunctionDefinition]) -> str:
+    return grammars.tool_call_grammar([(f.name, f.parameters) for f in functions])
 
 
 def _system_prompt(message: ChatMessage) -> str | None:
@@ -619,15 +715,10 @@ def _sampling_params(req: ChatCompletionRequest, limits: Limits) -> SamplingPara
     """
     token_field = "max_tokens" if req.max_completion_tokens is None else "max_completion_tokens"
     params = _sampling(req, limits, token_field, getattr(req, token_field))
-    _check_range("top_logprobs", req.top_logprobs, low=0, high=20)
-    response_format = req.response_format
-    if (
-        response_format
-        and response_format.type == "json_schema"
-        and not response_format.json_schema
-    ):
-        raise _bad(Detail.JSON_SCHEMA_MISSING)
-    return params
+    _check_range("top_logprobs", req.top_logprobs, low=0, high=MAX_TOP_LOGPROBS)
+    if req.top_logprobs is not None and not req.logprobs:
+        raise _bad(Detail.TOP_LOGPROBS_WITHOUT_LOGPROBS)
+    return replace(params, logprobs=(req.top_logprobs or 0) if req.logprobs else None)
 
 
 def _sampling(
@@ -737,24 +828,27 @@ def _is_encodable(text: str) -> bool:
 def prepare_completion(req: CompletionRequest, limits: Limits) -> list[GenerationRequest]:
     """The legacy completion checks; one engine request per prompt text, in prompt order.
 
-    Order: an empty prompt list; the OpenAI features not implemented (`suffix`, `logprobs`,
-    `echo` with `max_tokens: 0`, `best_of` other than n); the sampling checks chat has (n,
-    max_tokens — whose default is OpenAI's 16, null meaning as many as fit —, ranges, logit_bias,
-    stop); the number of choices (texts × n) against the n limit; invalid Unicode. Each prompt is
-    raw text, tokenized with the model's BOS and no chat template.
+    Order: an empty prompt list; the OpenAI features not implemented (`suffix`, `echo` with
+    `max_tokens: 0` or with `logprobs`, `best_of` other than n); the sampling checks chat has
+    (n, max_tokens — whose default is OpenAI's 16, null meaning as many as fit —, ranges,
+    logit_bias, stop); `logprobs` (0 to MAX_TOP_LOGPROBS); the number of choices (texts × n)
+    against the n limit; invalid Unicode. Each prompt is raw text, tokenized with the model's
+    BOS and no chat template.
     """
     prompts = [req.prompt] if isinstance(req.prompt, str) else list(req.prompt)
     if not prompts:
         raise _bad(Detail.EMPTY_PROMPT_LIST)
     if req.suffix:
         raise _bad(Detail.SUFFIX_UNSUPPORTED)
-    if req.logprobs is not None:
-        raise _bad(Detail.COMPLETION_LOGPROBS_UNSUPPORTED)
     if req.echo and req.max_tokens == 0:
         raise _bad(Detail.ECHO_SCORING_UNSUPPORTED)
+    if req.echo and req.logprobs is not None:
+        raise _bad(Detail.ECHO_LOGPROBS_UNSUPPORTED)
     if req.best_of is not None and req.best_of != req.n:
         raise _bad(Detail.BEST_OF_UNSUPPORTED.format(n=req.n, value=req.best_of))
     params = _sampling(req, limits, "max_tokens", req.max_tokens)
+    _check_range("logprobs", req.logprobs, low=0, high=MAX_TOP_LOGPROBS)
+    params = replace(params, logprobs=req.logprobs)
     total = len(prompts) * req.n
     if total > limits.max_n:
         raise _bad(

@@ -8,7 +8,9 @@ from edgeserve.protocol.chat import (
     ChatCompletionResponseChoice,
     ChatCompletionStreamResponse,
     ChatCompletionStreamResponseChoice,
+    ChatCompletionTokenLogprob,
     ChatMessage,
+    ChoiceLogprobs,
     Finish,
     Function,
     FunctionAvailable,
@@ -18,10 +20,12 @@ from edgeserve.protocol.chat import (
     ResponseFormat,
     Role,
     StreamOptions,
+    TopLogprob,
 )
 from edgeserve.protocol.common import PromptTokensDetails, ProtocolModel, Usage
 from edgeserve.protocol.completions import (
     CompletionChoice,
+    CompletionLogprobs,
     CompletionRequest,
     CompletionResponse,
 )
@@ -36,8 +40,11 @@ __all__ = [
     "ChatCompletionResponseChoice",
     "ChatCompletionStreamResponse",
     "ChatCompletionStreamResponseChoice",
+    "ChatCompletionTokenLogprob",
     "ChatMessage",
+    "ChoiceLogprobs",
     "CompletionChoice",
+    "CompletionLogprobs",
     "CompletionRequest",
     "CompletionResponse",
     "Finish",
@@ -55,5 +62,6 @@ __all__ = [
     "ScoreEvaluationRequest",
     "ScoreEvaluationResponse",
     "StreamOptions",
+    "TopLogprob",
     "Usage",
 ]

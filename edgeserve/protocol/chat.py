@@ -12,7 +12,7 @@ import time
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from edgeserve.protocol.common import ProtocolModel, Usage
 
@@ -140,19 +140,53 @@ class ChatCompletionMessage(ProtocolModel):
     tool_calls: list[FunctionCall] | None = None
 
 
+class TopLogprob(ProtocolModel):
+    """One of the most likely tokens at a position; `bytes` is its UTF-8 encoding."""
+
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class ChatCompletionTokenLogprob(ProtocolModel):
+    """One generated token, its log-probability and the most likely alternatives."""
+
+    token: str
+    logprob: float
+    bytes: list[int] | None
+    top_logprobs: list[TopLogprob]
+
+
+class ChoiceLogprobs(ProtocolModel):
+    """A choice's `logprobs`: one entry per content token (`refusal` is always null)."""
+
+    content: list[ChatCompletionTokenLogprob] | None
+    refusal: None = None
+
+
 class ChatCompletionResponseChoice(ProtocolModel):
-    """One non-stream choice."""
+    """One non-stream choice; `logprobs` is serialised only when it was requested, so other
+    responses keep the reference's three keys."""
 
     index: int
     message: ChatCompletionMessage
+    logprobs: ChoiceLogprobs | None = None
     finish_reason: Finish
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_logprobs(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if self.logprobs is None:
+            data.pop("logprobs", None)
+        return data
 
 
 class ChatCompletionStreamResponseChoice(ProtocolModel):
-    """One stream choice."""
+    """One stream choice (chunks are dumped with only the fields that were set)."""
 
     index: int
     delta: ChatCompletionMessage
+    logprobs: ChoiceLogprobs | None = None
     finish_reason: Finish | None = None
 
 

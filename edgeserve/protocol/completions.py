@@ -42,13 +42,24 @@ class CompletionRequest(ProtocolModel):
     repetition_penalty: float | None = None
 
 
+class CompletionLogprobs(ProtocolModel):
+    """OpenAI's legacy per-token log-probabilities, one list entry per token: its text, its
+    log-probability, the most likely alternatives (text → log-probability) and where it
+    starts in the choice's text (in characters)."""
+
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int]
+
+
 class CompletionChoice(ProtocolModel):
-    """One choice; `logprobs` is always null (not computed yet); `finish_reason` is null only
-    in stream chunks before the choice ends."""
+    """One choice; `logprobs` is null unless requested; `finish_reason` is null only in
+    stream chunks before the choice ends."""
 
     text: str
     index: int
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
     finish_reason: Finish | None = None
 
 

@@ -7,6 +7,7 @@ import asyncio
 import openai
 import pytest
 from openai.types import Completion
+from openai.types.completion_choice import Logprobs
 
 from tests.integration.conftest import EOS_BAN
 
@@ -60,8 +61,71 @@ async def test_unsupported_fields_are_bad_requests(aclient):
         await aclient.completions.create(model="m", prompt=PROMPT, suffix="The end.")
     assert "suffix" in caught.value.body["detail"]
     with pytest.raises(openai.BadRequestError) as caught:
-        await aclient.completions.create(model="m", prompt=PROMPT, logprobs=2)
-    assert "logprobs" in caught.value.body["detail"]
-    with pytest.raises(openai.BadRequestError) as caught:
         await aclient.completions.create(model="m", prompt=PROMPT, echo=True, max_tokens=0)
     assert "not supported yet" in caught.value.body["detail"]
+    with pytest.raises(openai.BadRequestError) as caught:
+        await aclient.completions.create(model="m", prompt=PROMPT, echo=True, logprobs=1)
+    assert caught.value.body["detail"].startswith('"logprobs" with "echo" would need')
+    with pytest.raises(openai.BadRequestError) as caught:
+        await aclient.completions.create(model="m", prompt=PROMPT, logprobs=21)
+    assert caught.value.body == {"detail": '"logprobs" must be between 0 and 20, got 21.'}
+
+
+def check_logprobs(logprobs, text: str, count: int, top: int) -> None:
+    """OpenAI's legacy shape: one entry per token in every list, tokens spelling the text,
+    offsets where each token starts, alternatives whose best is at least the sampled token."""
+    assert logprobs is not None
+    assert len(logprobs.tokens) == count
+    assert len(logprobs.token_logprobs) == len(logprobs.top_logprobs) == count
+    assert "".join(logprobs.tokens) == text
+    starts = [len("".join(logprobs.tokens[:i])) for i in range(count)]
+    assert logprobs.text_offset == starts
+    for token, value, best in zip(
+        logprobs.tokens, logprobs.token_logprobs, logprobs.top_logprobs, strict=True
+    ):
+        assert value <= 0.0
+        assert len(best) <= top and bool(best) == (top > 0)
+        assert max(best.values(), default=value) >= value
+        if token in best:
+            assert best[token] == value
+
+
+async def test_logprobs_stream_and_non_stream(aclient):
+    fields = {
+        "model": "any-model",
+        "prompt": PROMPT,
+        "max_tokens": 5,
+        "temperature": 0,
+        "logit_bias": EOS_BAN,
+        "logprobs": 3,
+    }
+    plain = await aclient.completions.create(**fields)
+    [choice] = plain.choices
+    check_logprobs(choice.logprobs, choice.text, 5, 3)
+    stream = await aclient.completions.create(**fields, stream=True)
+    chunks = [chunk.choices[0] async for chunk in stream]
+    for chunk in chunks:
+        assert "".join(chunk.logprobs.tokens) == chunk.text
+    assert chunks[-1].finish_reason == "length" and chunks[-1].logprobs.tokens == []
+    joined = Logprobs(
+        **{
+            name: [item for c in chunks for item in getattr(c.logprobs, name)]
+            for name in ("tokens", "token_logprobs", "top_logprobs", "text_offset")
+        }
+    )
+    check_logprobs(joined, "".join(c.text for c in chunks), 5, 3)
+
+
+async def test_logprobs_of_every_choice(aclient):
+    completion = await aclient.completions.create(
+        model="any-model",
+        prompt=["Red", "Blue"],
+        n=2,
+        max_tokens=3,
+        seed=5,
+        logit_bias=EOS_BAN,
+        logprobs=0,
+    )
+    assert [c.index for c in completion.choices] == [0, 1, 2, 3]
+    for choice in completion.choices:
+        check_logprobs(choice.logprobs, choice.text, 3, 0)

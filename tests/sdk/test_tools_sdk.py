@@ -1,17 +1,22 @@
 """Tools through the official `openai` SDK (non-streamed, as the reference allows).
 
-The default Gemma base model rarely answers with a tool call, so these tests check that the
-answer is well-formed either way; tests/unit/test_tool_calls.py and test_responses_openai.py
-cover the parsing and the tool-call answer itself.
+Left to itself ("auto") the default Gemma base model rarely answers with a tool call, so those
+tests check that the answer is well-formed either way; `tool_choice` "required" or a named
+function forces a call with a grammar, so those tests check the call itself.
+tests/unit/test_tool_calls.py and test_responses_openai.py cover the parsing and the tool-call
+answer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 
 import openai
 import pytest
+
+from tests.sdk.schema_check import problems
 
 WEATHER = {
     "type": "function",
@@ -72,17 +77,104 @@ async def test_a_past_tool_call_and_its_result_are_accepted(aclient):
     assert completion.choices[0].finish_reason in ("stop", "length", "tool_calls")
 
 
+CITY = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "enum": ["Paris", "London", "Tokyo"]},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+    },
+    "required": ["city", "unit"],
+}
+FORECAST = {
+    "type": "function",
+    "function": {"name": "get_forecast", "description": "The weather", "parameters": CITY},
+}
+CLOCK = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "description": "The time in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 12}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in (FORECAST, CLOCK)}
+
+
+def assert_forced_calls(completion, names: set[str]) -> None:
+    """Every choice is exactly one call of one of `names`, arguments matching its schema."""
+    for choice in completion.choices:
+        message = choice.message
+        assert choice.finish_reason == "tool_calls", message.content
+        assert message.content is None
+        [call] = message.tool_calls
+        assert re.fullmatch(r"call_[0-9a-f]{32}", call.id) and call.type == "function"
+        assert call.function.name in names
+        arguments = json.loads(call.function.arguments)
+        assert problems(arguments, SCHEMAS[call.function.name]) == []
+
+
+async def test_required_forces_a_call(aclient):
+    completion = await aclient.chat.completions.create(
+        model="any-model",
+        messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+        tools=[FORECAST, CLOCK],
+        tool_choice="required",
+        max_tokens=64,
+        n=2,
+    )
+    assert len(completion.choices) == 2
+    assert_forced_calls(completion, {"get_forecast", "get_time"})
+
+
+async def test_a_named_function_forces_that_call(aclient, sync_client):
+    named = {"type": "function", "function": {"name": "get_time"}}
+    request = {
+        "model": "any-model",
+        "messages": [{"role": "user", "content": "Is it raining in Paris?"}],
+        "tools": [FORECAST, CLOCK],
+        "tool_choice": named,
+        "max_tokens": 64,
+        "temperature": 0,
+    }
+    completion = await aclient.chat.completions.create(**request)
+    assert_forced_calls(completion, {"get_time"})
+    again = await asyncio.to_thread(sync_client.chat.completions.create, **request)
+    assert again.choices[0].message.tool_calls[0].function == (
+        completion.choices[0].message.tool_calls[0].function
+    )
+
+
+FORCED_ERRORS = [
+    (
+        "an unknown function",
+        {
+            "tools": [FORECAST, CLOCK],
+            "tool_choice": {"type": "function", "function": {"name": "x"}},
+        },
+        '"tool_choice" names the function "x", which is not in "tools" ("get_forecast", '
+        '"get_time"); name one of those.',
+    ),
+    (
+        "required without tools",
+        {"tool_choice": "required"},
+        '"tool_choice": "required" forces a tool call but the request has no "tools"; add the '
+        "functions or leave tool_choice out.",
+    ),
+]
+
+
 @pytest.mark.parametrize(
-    "tool_choice",
-    ["required", {"type": "function", "function": {"name": "get_weather"}}],
-    ids=["required", "named"],
+    ("fields", "detail"), [c[1:] for c in FORCED_ERRORS], ids=[c[0] for c in FORCED_ERRORS]
 )
-async def test_forcing_a_tool_is_not_supported_yet(aclient, tool_choice):
+async def test_forced_call_errors(aclient, fields, detail):
     with pytest.raises(openai.BadRequestError) as caught:
-        await aclient.chat.completions.create(
-            model="any-model", messages=ASK, tools=[WEATHER], tool_choice=tool_choice
-        )
-    assert "is not supported yet" in caught.value.body["detail"]
+        await aclient.chat.completions.create(model="any-model", messages=ASK, **fields)
+    assert caught.value.body == {"detail": detail}
 
 
 async def test_tools_cannot_stream(aclient):

@@ -24,6 +24,15 @@ FORBIDDEN = {
     "responses.py": ("aiohttp", "llama_cpp", "edgeserve.http"),
     "errors.py": ("aiohttp", "llama_cpp", "pydantic", "edgeserve."),
     "tool_calls.py": ("aiohttp", "llama_cpp", "pydantic", "edgeserve."),
+    "grammars.py": ("aiohttp", "pydantic", "edgeserve."),
+    "logprobs.py": (
+        "aiohttp",
+        "llama_cpp",
+        "pydantic",
+        "edgeserve.http",
+        "edgeserve.protocol",
+        "edgeserve.engine.scheduler",
+    ),
     "metrics.py": ("aiohttp", "llama_cpp", "edgeserve.http", "edgeserve.engine.scheduler"),
     "sdnotify.py": ("aiohttp", "llama_cpp", "edgeserve.http", "edgeserve.engine"),
 }

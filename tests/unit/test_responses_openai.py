@@ -1,5 +1,5 @@
-"""edgeserve.responses beyond the reference: tool-call answers (reference section 6's shape)
-and OpenAI's legacy text completions, byte for byte."""
+"""edgeserve.responses beyond the reference: tool-call answers (reference section 6's shape),
+OpenAI's legacy text completions and token log-probabilities, byte for byte."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ import re
 
 import pytest
 
+from edgeserve.engine.types import TokenLogprob
+from edgeserve.logprobs import AlignedLogprob
 from edgeserve.responses import (
     chat_completion_body,
     completion_body,
     completion_chunk,
     completion_usage_chunk,
+    content_chunk,
     new_text_completion_id,
     new_tool_call_id,
 )
@@ -120,4 +123,87 @@ def test_completion_chunks() -> None:
     assert completion_usage_chunk(XID, "m", 1, 4, 2).decode() == (
         HEAD + '"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 2, '
         '"total_tokens": 6}}\n\n'
+    )
+
+
+# --- log-probabilities ------------------------------------------------------------------------
+
+SAY = AlignedLogprob(TokenLogprob(0, b"Say", -0.5, ((b"Say", -0.5), (b"say", -2.25))), 0)
+SPLIT = AlignedLogprob(TokenLogprob(0, b" \xc3", -1.0, ((b" \xc3", -1.0),)), 3)
+
+
+def test_chat_body_with_logprobs_bytes() -> None:
+    raw = chat_completion_body(
+        CID, "m", [("Say é", "stop")], 7, 2, None, created=1, logprobs=[[SAY, SPLIT]]
+    )
+    assert raw.decode() == (
+        '{"id":"chatcmpl-5bcf7e062fa743d18529a8b40f6967d8","object":"chat.completion",'
+        '"created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant",'
+        '"content":"Say é","tool_calls":null},"logprobs":{"content":['
+        '{"token":"Say","logprob":-0.5,"bytes":[83,97,121],"top_logprobs":['
+        '{"token":"Say","logprob":-0.5,"bytes":[83,97,121]},'
+        '{"token":"say","logprob":-2.25,"bytes":[115,97,121]}]},'
+        '{"token":" \\\\xc3","logprob":-1.0,"bytes":[32,195],"top_logprobs":['
+        '{"token":" \\\\xc3","logprob":-1.0,"bytes":[32,195]}]}],"refusal":null},'
+        '"finish_reason":"stop"}],'
+        '"usage":{"prompt_tokens":7,"completion_tokens":2,"total_tokens":9}}'
+    )
+
+
+def test_chat_logprobs_per_choice_and_with_tool_calls() -> None:
+    raw = chat_completion_body(
+        CID,
+        "m",
+        [("{}", "stop"), ("", "length")],
+        7,
+        2,
+        None,
+        created=1,
+        tool_calls=[[ToolCall("f", "{}")], None],
+        logprobs=[[SAY], []],
+    )
+    first, second = json.loads(raw)["choices"]
+    assert first["finish_reason"] == "tool_calls"
+    assert [e["token"] for e in first["logprobs"]["content"]] == ["Say"]
+    assert second["logprobs"] == {"content": [], "refusal": None}
+
+
+def test_chat_stream_chunk_with_logprobs() -> None:
+    chunk = content_chunk(CID, "m", 1, "Say", logprobs=[SAY]).decode()
+    assert chunk == (
+        f'data: {{"id": "{CID}", "object": "chat.completion.chunk", "created": 1, "model": "m", '
+        '"choices": [{"index": 0, "delta": {"content": "Say"}, "logprobs": {"content": ['
+        '{"token": "Say", "logprob": -0.5, "bytes": [83, 97, 121], "top_logprobs": ['
+        '{"token": "Say", "logprob": -0.5, "bytes": [83, 97, 121]}, '
+        '{"token": "say", "logprob": -2.25, "bytes": [115, 97, 121]}]}], "refusal": null}, '
+        '"finish_reason": null}]}\n\n'
+    )
+    assert b"logprobs" not in content_chunk(CID, "m", 1, "Say")
+
+
+def test_completion_body_with_logprobs() -> None:
+    raw = completion_body(
+        XID, "m", [("Say é", "stop"), ("", "length")], 4, 2, created=1, logprobs=[[SAY, SPLIT], []]
+    )
+    first, second = json.loads(raw)["choices"]
+    assert first["logprobs"] == {
+        "tokens": ["Say", " \\xc3"],
+        "token_logprobs": [-0.5, -1.0],
+        "top_logprobs": [{"Say": -0.5, "say": -2.25}, {" \\xc3": -1.0}],
+        "text_offset": [0, 3],
+    }
+    assert list(first) == ["text", "index", "logprobs", "finish_reason"]
+    assert second["logprobs"] == {
+        "tokens": [],
+        "token_logprobs": [],
+        "top_logprobs": [],
+        "text_offset": [],
+    }
+
+
+def test_completion_chunk_with_logprobs() -> None:
+    assert completion_chunk(XID, "m", 1, 0, "Say", None, [SAY]).decode() == (
+        HEAD + '"choices": [{"text": "Say", "index": 0, "logprobs": {"tokens": ["Say"], '
+        '"token_logprobs": [-0.5], "top_logprobs": [{"Say": -0.5, "say": -2.25}], '
+        '"text_offset": [0]}, "finish_reason": null}]}\n\n'
     )

@@ -1,5 +1,6 @@
-"""edgeserve.validation for the OpenAI features beyond the reference: `tool_choice` on chat,
-and the legacy `POST /v1/completions` (parse_completion_request / prepare_completion).
+"""edgeserve.validation for the OpenAI features beyond the reference: `tool_choice`,
+`response_format` and `logprobs` on chat, and the legacy `POST /v1/completions`
+(parse_completion_request / prepare_completion).
 
 One case per line: add a row to add a case.
 """
@@ -11,7 +12,8 @@ from typing import Any
 import pytest
 
 from edgeserve import errors
-from edgeserve.engine.types import GenerationRequest, SamplingParams
+from edgeserve.engine.types import GenerationRequest, GrammarSpec, SamplingParams
+from edgeserve.grammars import ANY_JSON_OBJECT, either, schema_grammar, tool_call_grammar
 from edgeserve.validation import (
     Limits,
     completion_engine_error,
@@ -27,9 +29,24 @@ TOOL = {
     "type": "function",
     "function": {"name": "now", "description": "the time", "parameters": {"type": "object"}},
 }
-UNSUPPORTED = (
-    '"tool_choice": {} is not supported yet (forcing a tool call needs grammar-constrained '
-    'sampling); use "auto" or leave it out.'
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "weather",
+        "description": "the weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"enum": ["Paris", "Oslo"]}},
+            "required": ["city"],
+        },
+    },
+}
+WITHOUT_TOOLS = (
+    '"tool_choice": {} forces a tool call but the request has no "tools"; add the functions '
+    "or leave tool_choice out."
+)
+UNKNOWN = (
+    '"tool_choice" names the function "later", which is not in "tools" ("now"); name one of those.'
 )
 INVALID = (
     '"tool_choice" must be "none", "auto", "required" or '
@@ -57,11 +74,22 @@ TOOL_CHOICE = [
     ("none", {"tool_choice": "none"}, None),
     ("auto", {"tool_choice": "auto"}, None),
     ("auto without tools (the reference ignores it)", {"tool_choice": "auto", "tools": None}, None),
-    ("required", {"tool_choice": "required"}, UNSUPPORTED.format('"required"')),
+    ("required", {"tool_choice": "required"}, None),
+    ("named", {"tool_choice": {"type": "function", "function": {"name": "now"}}}, None),
     (
-        "named",
-        {"tool_choice": {"type": "function", "function": {"name": "now"}}},
-        UNSUPPORTED.format('{"type": "function", "function": {"name": "now"}}'),
+        "named, not in tools",
+        {"tool_choice": {"type": "function", "function": {"name": "later"}}},
+        UNKNOWN,
+    ),
+    (
+        "required without tools",
+        {"tool_choice": "required", "tools": None},
+        WITHOUT_TOOLS.format('"required"'),
+    ),
+    (
+        "named, empty tools",
+        {"tool_choice": {"type": "function", "function": {"name": "now"}}, "tools": []},
+        WITHOUT_TOOLS.format('{"type": "function", "function": {"name": "now"}}'),
     ),
     ("unknown word", {"tool_choice": "always"}, INVALID.format('"always"')),
     ("a number", {"tool_choice": 1}, INVALID.format("1")),
@@ -113,6 +141,132 @@ async def test_tool_choice_none_still_shows_the_tools(limits: Limits) -> None:
     assert work.prompt.tools is not None and '"now"' in work.prompt.tools
 
 
+# --- the output grammar: response_format and forced tool calls -------------------------------
+
+SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+AS_SCHEMA = {"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA, "strict": True}}
+NOW = ("now", TOOL["function"]["parameters"])
+WEATHER_CALL = ("weather", WEATHER["function"]["parameters"])
+NAMED = {"type": "function", "function": {"name": "weather"}}
+
+GRAMMARS = [
+    ("no format", {}, None),
+    ("text", {"response_format": {"type": "text"}}, None),
+    ("json_object", {"response_format": {"type": "json_object"}}, GrammarSpec("json_object")),
+    ("json_schema", {"response_format": AS_SCHEMA}, GrammarSpec("gbnf", schema_grammar(SCHEMA))),
+    ("tools the model may call", {"tools": [WEATHER]}, None),
+    (
+        "required: a call of any tool",
+        {"tools": [TOOL, WEATHER], "tool_choice": "required"},
+        GrammarSpec("gbnf", tool_call_grammar([NOW, WEATHER_CALL])),
+    ),
+    (
+        "named: a call of that tool",
+        {"tools": [TOOL, WEATHER], "tool_choice": NAMED},
+        GrammarSpec("gbnf", tool_call_grammar([WEATHER_CALL])),
+    ),
+    (
+        "a forced call wins over response_format",
+        {"tools": [WEATHER], "tool_choice": "required", "response_format": AS_SCHEMA},
+        GrammarSpec("gbnf", tool_call_grammar([WEATHER_CALL])),
+    ),
+    (
+        "tools and a schema: a call or the schema",
+        {"tools": [WEATHER], "response_format": AS_SCHEMA},
+        GrammarSpec("gbnf", either([tool_call_grammar([WEATHER_CALL]), schema_grammar(SCHEMA)])),
+    ),
+    (
+        "tools and json_object: a call or any object",
+        {"tools": [WEATHER], "tool_choice": "auto", "response_format": {"type": "json_object"}},
+        GrammarSpec("gbnf", either([tool_call_grammar([WEATHER_CALL]), ANY_JSON_OBJECT])),
+    ),
+    (
+        'tool_choice "none": the format only',
+        {"tools": [WEATHER], "tool_choice": "none", "response_format": {"type": "json_object"}},
+        GrammarSpec("json_object"),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("fields", "grammar"), [c[1:] for c in GRAMMARS], ids=[c[0] for c in GRAMMARS]
+)
+async def test_grammar(fields: dict[str, Any], grammar: GrammarSpec | None, limits: Limits) -> None:
+    work = await prepare_chat(parse_chat_request(chat(**fields)), limits)
+    assert work.params.grammar == grammar
+
+
+def schema_format(schema: Any) -> dict[str, Any]:
+    return {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+
+
+NO_SCHEMA = (
+    '"response_format.json_schema" has no "schema" object; put the JSON schema of the answer '
+    'there, or use {"type": "json_object"} for any JSON object.'
+)
+UNUSABLE = (
+    '"response_format.json_schema.schema" cannot be turned into a grammar: {}; simplify the '
+    'schema, or use {{"type": "json_object"}}.'
+)
+TOP_WITHOUT = '"top_logprobs" requires "logprobs": true; set it or leave top_logprobs out.'
+
+CHAT_ERRORS = [
+    (
+        "json_schema without a schema",
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
+        NO_SCHEMA,
+    ),
+    ("a schema that is not an object", {"response_format": schema_format(True)}, NO_SCHEMA),
+    (
+        "a schema the converter rejects",
+        {"response_format": schema_format({"type": "nonsense"})},
+        UNUSABLE.format("Unrecognized schema: {'type': 'nonsense'}"),
+    ),
+    (
+        "a schema over the repetition limit",
+        {"response_format": schema_format({"type": "string", "maxLength": 5000})},
+        UNUSABLE.format('"maxLength" repeats 5000 times; the limit is 1000'),
+    ),
+    (
+        "a lone surrogate in a pattern",
+        {"response_format": schema_format({"type": "string", "pattern": "^\ud800$"})},
+        "response_format contains an unpaired UTF-16 surrogate; send valid Unicode text.",
+    ),
+    ("top_logprobs without logprobs", {"top_logprobs": 2}, TOP_WITHOUT),
+    ("top_logprobs with logprobs false", {"logprobs": False, "top_logprobs": 0}, TOP_WITHOUT),
+    (
+        "top_logprobs out of range comes first",
+        {"top_logprobs": 21},
+        '"top_logprobs" must be between 0 and 20, got 21.',
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("fields", "detail"), [c[1:] for c in CHAT_ERRORS], ids=[c[0] for c in CHAT_ERRORS]
+)
+async def test_chat_errors(fields: dict[str, Any], detail: str, limits: Limits) -> None:
+    with pytest.raises(errors.ApiError) as caught:
+        await prepare_chat(parse_chat_request(chat(**fields)), limits)
+    assert (caught.value.status, caught.value.detail) == (400, detail)
+
+
+LOGPROBS = [
+    ("absent", {}, None),
+    ("false", {"logprobs": False}, None),
+    ("true: the sampled token only", {"logprobs": True}, 0),
+    ("true with top_logprobs", {"logprobs": True, "top_logprobs": 20}, 20),
+]
+
+
+@pytest.mark.parametrize(
+    ("fields", "logprobs"), [c[1:] for c in LOGPROBS], ids=[c[0] for c in LOGPROBS]
+)
+async def test_chat_logprobs(fields: dict[str, Any], logprobs: int | None, limits: Limits) -> None:
+    work = await prepare_chat(parse_chat_request(chat(**fields)), limits)
+    assert work.params.logprobs == logprobs
+
+
 # --- POST /v1/completions: schema -------------------------------------------------------------
 
 
@@ -157,16 +311,18 @@ COMPLETION_ERRORS = [
         "leave it out or send null.",
     ),
     (
-        "logprobs",
-        completion(logprobs=0),
-        '"logprobs" is not supported yet on /v1/completions; leave it out or send null.',
-    ),
-    (
         "echo with max_tokens 0",
-        completion(echo=True, max_tokens=0),
+        completion(echo=True, max_tokens=0, logprobs=1),
         '"max_tokens": 0 with "echo" (scoring the prompt) is not supported yet; score texts '
         'with POST /v1/score/evaluation ("return_token_logprobs": true gives per-token values), '
         "or ask for at least 1 token.",
+    ),
+    (
+        "echo with logprobs",
+        completion(echo=True, logprobs=0),
+        '"logprobs" with "echo" would need the log-probabilities of the prompt\'s tokens, which '
+        "this server does not compute; leave out one of them (POST /v1/score/evaluation with "
+        '"return_token_logprobs": true scores a text).',
     ),
     (
         "best_of above n",
@@ -175,9 +331,11 @@ COMPLETION_ERRORS = [
     ),
     (
         "max_tokens 0 without echo",
-        completion(max_tokens=0),
+        completion(max_tokens=0, logprobs=50),
         '"max_tokens" must be at least 1, got 0.',
     ),
+    ("logprobs over 20", completion(logprobs=21), '"logprobs" must be between 0 and 20, got 21.'),
+    ("negative logprobs", completion(logprobs=-1), '"logprobs" must be between 0 and 20, got -1.'),
     (
         "max_tokens over the cap",
         completion(max_tokens=101),
@@ -288,6 +446,14 @@ COMPLETION_WORK = [
         SamplingParams(max_tokens=16),
     ),
     ("an empty prompt text", completion(prompt=""), [""], 1, SamplingParams(max_tokens=16)),
+    ("logprobs 0", completion(logprobs=0), ["Once"], 1, SamplingParams(max_tokens=16, logprobs=0)),
+    (
+        "logprobs 20",
+        completion(logprobs=20),
+        ["Once"],
+        1,
+        SamplingParams(max_tokens=16, logprobs=20),
+    ),
 ]
 
 

@@ -11,12 +11,20 @@ from aiohttp import web
 
 from edgeserve import responses, validation
 from edgeserve.engine.client import Generation
-from edgeserve.engine.types import ChatPrompt, Finished, GenerationRequest, PromptInfo, TextDelta
+from edgeserve.engine.types import (
+    ChatPrompt,
+    Finished,
+    GenerationRequest,
+    PromptInfo,
+    TextDelta,
+    TokenLogprob,
+)
 from edgeserve.errors import EngineError
 from edgeserve.http.handlers.common import authenticated_body, engine_errors
 from edgeserve.http.keys import ENGINE, LIMITS, RECORD, SETTINGS
 from edgeserve.http.sse import EventStream
 from edgeserve.log import PROMPTS
+from edgeserve.logprobs import AlignedLogprob, LogprobAligner
 from edgeserve.protocol import ChatCompletionRequest
 from edgeserve.tool_calls import parse_tool_calls
 
@@ -68,14 +76,17 @@ async def _collect(
 ) -> web.Response:
     texts = [""] * req.n
     reasons = ["length"] * req.n
+    entries: list[list[AlignedLogprob]] = [[] for _ in range(req.n)]
+    aligner = LogprobAligner()
     completion = 0
     cached = 0
     first: float | None = None
     async for event in gen.events():
+        entries[event.index] += aligner.feed(event)
         if isinstance(event, TextDelta):
             first = first or time.perf_counter()
             texts[event.index] += event.text
-        else:
+        elif isinstance(event, Finished):
             reasons[event.index] = event.reason
             completion += event.completion_tokens
             cached = event.cached_tokens
@@ -93,6 +104,7 @@ async def _collect(
         completion,
         cached or None,
         tool_calls=calls,
+        logprobs=entries if req.logprobs else None,
     )
     return web.Response(body=body, content_type="application/json")
 
@@ -111,6 +123,7 @@ async def _stream(
     cached = 0
     first: float | None = None
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    aligner = LogprobAligner()
     stream = EventStream(request, request.app[SETTINGS].ping_interval_s)
     async with stream:
         if not await stream.send(responses.role_chunk(cid, req.model, created)):
@@ -119,11 +132,19 @@ async def _stream(
         try:
             async with limit:
                 async for event in gen.events():
+                    released = aligner.feed(event)
+                    if isinstance(event, TokenLogprob):
+                        continue
                     if isinstance(event, TextDelta):
                         first = first or time.perf_counter()
-                        chunk = responses.content_chunk(cid, req.model, created, event.text)
+                        chunk = responses.content_chunk(
+                            cid,
+                            req.model,
+                            created,
+                            event.text,
+                            logprobs=released if req.logprobs else None,
+                        )
                     else:
-                        assert isinstance(event, Finished)
                         completion = event.completion_tokens
                         cached = event.cached_tokens
                         chunk = responses.finish_chunk(cid, req.model, created, event.reason)

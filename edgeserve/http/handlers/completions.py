@@ -16,11 +16,12 @@ from aiohttp import web
 
 from edgeserve import responses, validation
 from edgeserve.engine.client import Generation
-from edgeserve.engine.types import Finished, PromptInfo, TextDelta
+from edgeserve.engine.types import Finished, PromptInfo, TextDelta, TokenLogprob
 from edgeserve.errors import ApiError, EngineError
 from edgeserve.http.handlers.common import authenticated_body, engine_errors
 from edgeserve.http.keys import ENGINE, LIMITS, RECORD, SETTINGS
 from edgeserve.http.sse import EventStream
+from edgeserve.logprobs import AlignedLogprob, LogprobAligner
 from edgeserve.protocol import CompletionRequest
 
 
@@ -69,12 +70,12 @@ class _Run:
     cached: dict[int, int] = field(default_factory=dict)
     first: float | None = None
 
-    def account(self, event: TextDelta | Finished) -> None:
+    def account(self, event: TextDelta | TokenLogprob | Finished) -> None:
         """Count a finished choice's tokens (and its prompt's cached tokens); note the first
         text's time."""
         if isinstance(event, TextDelta):
             self.first = self.first or time.perf_counter()
-        else:
+        elif isinstance(event, Finished):
             self.completion_tokens += event.completion_tokens
             self.cached[event.index // self.req.n] = event.cached_tokens
 
@@ -108,7 +109,9 @@ class _Merged:
     `prompt index × n`. Call `aclose` when done (it stops the pump tasks)."""
 
     def __init__(self, gens: list[Generation], n: int) -> None:
-        self._queue: asyncio.Queue[TextDelta | Finished | EngineError | None] = asyncio.Queue()
+        self._queue: asyncio.Queue[TextDelta | TokenLogprob | Finished | EngineError | None] = (
+            asyncio.Queue()
+        )
         self._left = len(gens)
         self._tasks = [
             asyncio.create_task(self._pump(gen, position * n)) for position, gen in enumerate(gens)
@@ -117,14 +120,13 @@ class _Merged:
     async def _pump(self, gen: Generation, offset: int) -> None:
         try:
             async for event in gen.events():
-                if isinstance(event, TextDelta | Finished):
-                    self._queue.put_nowait(replace(event, index=event.index + offset))
+                self._queue.put_nowait(replace(event, index=event.index + offset))
         except EngineError as exc:
             self._queue.put_nowait(exc)
         self._queue.put_nowait(None)
 
-    async def events(self) -> AsyncIterator[TextDelta | Finished]:
-        """Every text delta and finish, in arrival order; raises the first engine error."""
+    async def events(self) -> AsyncIterator[TextDelta | TokenLogprob | Finished]:
+        """Every event, in arrival order; raises the first engine error."""
         while self._left:
             item = await self._queue.get()
             if item is None:
@@ -146,13 +148,16 @@ async def _collect(run: _Run, gens: list[Generation]) -> web.Response:
     count = len(gens) * req.n
     texts = [run.prompt_of(i) if req.echo else "" for i in range(count)]
     reasons = ["length"] * count
+    entries: list[list[AlignedLogprob]] = [[] for _ in range(count)]
+    aligner = LogprobAligner()
     merged = _Merged(gens, req.n)
     try:
         async for event in merged.events():
             run.account(event)
+            entries[event.index] += aligner.feed(event)
             if isinstance(event, TextDelta):
                 texts[event.index] += event.text
-            else:
+            elif isinstance(event, Finished):
                 reasons[event.index] = event.reason
     finally:
         await merged.aclose()
@@ -164,6 +169,7 @@ async def _collect(run: _Run, gens: list[Generation]) -> web.Response:
         run.prompt_tokens,
         run.completion_tokens,
         run.cached_tokens,
+        logprobs=None if req.logprobs is None else entries,
     )
     return web.Response(body=body, content_type="application/json")
 
@@ -183,20 +189,28 @@ async def _stream(run: _Run, gens: list[Generation], deadline: float) -> web.Str
                 )
                 if not await stream.send(echo):
                     return stream.response
+        aligner = LogprobAligner()
         merged = _Merged(gens, req.n)
         limit = asyncio.timeout_at(deadline)
         try:
             async with limit:
                 async for event in merged.events():
                     run.account(event)
-                    if isinstance(event, TextDelta):
-                        chunk = responses.completion_chunk(
-                            cid, req.model, created, event.index, event.text
-                        )
-                    else:
-                        chunk = responses.completion_chunk(
-                            cid, req.model, created, event.index, "", event.reason
-                        )
+                    released = aligner.feed(event)
+                    if isinstance(event, TokenLogprob):
+                        continue
+                    text, reason = (
+                        (event.text, None) if isinstance(event, TextDelta) else ("", event.reason)
+                    )
+                    chunk = responses.completion_chunk(
+                        cid,
+                        req.model,
+                        created,
+                        event.index,
+                        text,
+                        reason,
+                        None if req.logprobs is None else released,
+                    )
                     if not await stream.send(chunk):
                         return stream.response
         except EngineError as exc:

@@ -1,0 +1,65 @@
+"""Token log-probabilities lined up with the text the engine releases.
+
+The engine sends a TokenLogprob for each sampled token before that token's text, but holds
+text back (an unfinished UTF-8 character, a possible stop string), so one TextDelta may carry
+several tokens' text, or part of one. `LogprobAligner` queues each choice's entries and
+releases an entry once the text released so far covers the end of its token's bytes. Entries
+of tokens that a stop string swallowed are never released: they are dropped at the finish.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from dataclasses import dataclass
+
+from edgeserve.engine.types import Finished, TextDelta, TokenLogprob
+
+
+@dataclass(frozen=True)
+class AlignedLogprob:
+    """A released entry and where its token starts in the choice's text, in characters."""
+
+    logprob: TokenLogprob
+    text_offset: int
+
+
+class _Choice:
+    """One choice's queue and byte/character counters."""
+
+    __slots__ = ("chars", "produced", "queue", "released")
+
+    def __init__(self) -> None:
+        self.queue: deque[tuple[int, AlignedLogprob]] = deque()
+        self.produced = 0
+        self.chars = 0
+        self.released = 0
+
+
+class LogprobAligner:
+    """Feed it every event of a generation, in order; it returns the entries each event
+    releases (only a TextDelta releases any)."""
+
+    def __init__(self) -> None:
+        self._choices: defaultdict[int, _Choice] = defaultdict(_Choice)
+
+    def feed(self, event: TextDelta | TokenLogprob | Finished) -> list[AlignedLogprob]:
+        """Queue a TokenLogprob, release what a TextDelta covers, drop the rest at Finished."""
+        choice = self._choices[event.index]
+        if isinstance(event, TokenLogprob):
+            choice.produced += len(event.token)
+            choice.queue.append((choice.produced, AlignedLogprob(event, choice.chars)))
+            choice.chars += _characters_started(event.token)
+            return []
+        if isinstance(event, Finished):
+            choice.queue.clear()
+            return []
+        choice.released += len(event.text.encode())
+        out = []
+        while choice.queue and choice.queue[0][0] <= choice.released:
+            out.append(choice.queue.popleft()[1])
+        return out
+
+
+def _characters_started(data: bytes) -> int:
+    """How many UTF-8 characters start in `data` (every byte but continuation bytes)."""
+    return sum(1 for byte in data if byte & 0xC0 != 0x80)
