@@ -4,8 +4,10 @@ Pure text in, GBNF text out; the engine compiles the result. JSON schemas are co
 llama-cpp-python's pure-Python converter (`llama_cpp.llama_grammar`, no native calls).
 
 The converter writes out every bounded repetition (a `maxLength` of n is n nested groups), so
-schemas whose bounds exceed MAX_REPEAT are refused before conversion, and so is any grammar
-longer than MAX_GRAMMAR_CHARS. Every refusal is a GrammarError whose message says why.
+schemas whose bounds exceed MAX_REPEAT, or that would expand past MAX_GRAMMAR_CHARS, are refused
+before conversion. So is a grammar that could demand a character no token produces (U+0000, a
+UTF-16 surrogate): llama.cpp's sampler would find no valid token and abort the process. Every
+refusal is a GrammarError whose message says why.
 
 A forced tool call is edgeserve's generic JSON format, `{"name": ..., "arguments": {...}}`
 (the TOOLS_PREAMBLE format), which `edgeserve.tool_calls.parse_tool_calls` reads back.
@@ -18,7 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
+from llama_cpp.llama_grammar import JSON_GBNF, SchemaConverter
 
 MAX_REPEAT: Final = 1000
 """The largest minLength/maxLength/minItems/maxItems (or pattern `{m,n}` bound) accepted;
@@ -37,6 +39,10 @@ _QUANTIFIER: Final = re.compile(r"\{([^}]*)\}")
 _GBNF_TOKEN: Final = re.compile(
     r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|\{[^}]*\}|#[^\n]*|(?P<name>[A-Za-z0-9-]+)'
 )
+_ESCAPE: Final = re.compile(
+    r"\\(?:x([0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|(.))", re.S
+)
+_SIMPLE_ESCAPES: Final = {"n": 10, "r": 13, "t": 9}
 _RULE_OVERHEAD: Final = 16
 _ERROR_CHARS: Final = 200
 
@@ -58,13 +64,15 @@ def schema_grammar(schema: Any) -> str:
                 "its bounded repetitions (minLength, maxLength, minItems, maxItems, pattern "
                 "{m,n}) would make too large a grammar"
             )
-        return json_schema_to_gbnf(text)
+        gbnf = _convert(text)
     except GrammarError:
         raise
     except RecursionError as exc:
-        raise GrammarError("it is nested too deeply") from exc
+        raise GrammarError("it nests too deeply, or has too many optional properties") from exc
     except Exception as exc:  # the converter fails with assertions, KeyErrors, TypeErrors, ...
         raise GrammarError(_short(str(exc) or type(exc).__name__)) from exc
+    _check_reachable(gbnf)
+    return gbnf
 
 
 def tool_call_grammar(functions: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
@@ -83,6 +91,98 @@ def either(grammars: Sequence[str]) -> str:
     renamed = [_prefix_rules(gbnf, f"g{i}-") for i, gbnf in enumerate(grammars)]
     root = " | ".join(f"g{i}-root" for i in range(len(grammars)))
     return "\n".join([f"root ::= {root}", *renamed])
+
+
+class _Converter(SchemaConverter):
+    """llama-cpp-python's converter with its JSON literals (constants, enum values, property
+    names) escaped for GBNF. Its own passes the JSON text's escapes to GBNF as they are, so a
+    quote breaks the grammar, a backslash or newline gives other or invalid JSON, and a NUL
+    demands a character no token produces."""
+
+    def _format_literal(self, literal: str) -> str:
+        readable = json.dumps(json.loads(literal), ensure_ascii=False)
+        text = readable if _is_encodable(readable) else literal
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _convert(schema_text: str) -> str:
+    """What llama-cpp-python's `json_schema_to_gbnf` does, with the fixed converter."""
+    converter = _Converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    schema = converter.resolve_refs(json.loads(schema_text), "stdin")
+    converter.visit(schema, "")
+    return converter.format_grammar()
+
+
+def _check_reachable(gbnf: str) -> None:
+    """GrammarError when a literal, or a character class that is not negated, needs a
+    character that no token can produce."""
+    for match in _GBNF_TOKEN.finditer(gbnf):
+        token = match.group(0)
+        if token.startswith('"'):
+            needed = [(c, c) for c, _ in _code_points(token[1:-1])]
+            dead = any(_unreachable(low, high) for low, high in needed)
+        elif token.startswith("[") and not token.startswith("[^"):
+            ranges = _class_ranges(token[1:-1])
+            dead = bool(ranges) and all(_unreachable(low, high) for low, high in ranges)
+        else:
+            continue
+        if dead:
+            raise GrammarError(
+                f"it needs a character that no token can produce (U+0000, a UTF-16 surrogate or "
+                f"one past U+10FFFF) in {_short(token)}"
+            )
+
+
+def _unreachable(low: int, high: int) -> bool:
+    """Whether no token can produce any code point in low..high: each is U+0000, a UTF-16
+    surrogate or past U+10FFFF (or the range is empty)."""
+    return low > high or low == high == 0 or 0xD800 <= low <= high <= 0xDFFF or low > 0x10FFFF
+
+
+def _code_points(body: str) -> list[tuple[int, bool]]:
+    """The characters of a GBNF literal or class body, with whether each was escaped."""
+    out = []
+    position = 0
+    while position < len(body):
+        if body[position] != "\\":
+            out.append((ord(body[position]), False))
+            position += 1
+            continue
+        match = _ESCAPE.match(body, position)
+        if match is None:
+            out.append((ord("\\"), False))
+            position += 1
+            continue
+        hex_digits = match.group(1) or match.group(2) or match.group(3)
+        plain = match.group(4)
+        code = int(hex_digits, 16) if hex_digits else _SIMPLE_ESCAPES.get(plain, ord(plain))
+        out.append((code, True))
+        position = match.end()
+    return out
+
+
+def _class_ranges(body: str) -> list[tuple[int, int]]:
+    """A character class body as (low, high) ranges."""
+    items = _code_points(body)
+    ranges = []
+    index = 0
+    while index < len(items):
+        low = items[index][0]
+        if index + 2 < len(items) and items[index + 1] == (ord("-"), False):
+            ranges.append((low, items[index + 2][0]))
+            index += 3
+        else:
+            ranges.append((low, low))
+            index += 1
+    return ranges
+
+
+def _is_encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _call_grammar(name: str, parameters: Mapping[str, Any]) -> str:

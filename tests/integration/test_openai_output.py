@@ -242,3 +242,44 @@ async def test_a_grammar_answer_keeps_its_logprobs(client):
     assert problems(json.loads(choice["message"]["content"]), schema) == []
     entries = choice["logprobs"]["content"]
     assert b"".join(token_bytes(entries)) == choice["message"]["content"].encode()
+
+
+@pytest.mark.parametrize(
+    "value",
+    ['say "hi"', "back\\slash", "two\nlines", "nul\x00byte", "São", "\ud800"],
+    ids=["quote", "backslash", "newline", "U+0000", "non-ASCII", "lone surrogate escape"],
+)
+async def test_constants_come_out_as_valid_json(client, value):
+    """Characters that need escaping in JSON or GBNF; U+0000 used to abort the server."""
+    schema = {"type": "object", "properties": {"v": {"const": value}}, "required": ["v"]}
+    body = await post_json(
+        client,
+        CHAT,
+        {
+            **GREEDY,
+            "logit_bias": {},
+            "max_tokens": 24,
+            "response_format": {"type": "json_schema", "json_schema": {"schema": schema}},
+        },
+    )
+    [choice] = body["choices"]
+    assert choice["finish_reason"] == "stop"
+    assert json.loads(choice["message"]["content"]) == {"v": value}
+
+
+async def test_a_forced_call_of_a_function_with_an_odd_name(client):
+    tool = {"type": "function", "function": {**UNIT["function"], "name": 'to "F"\\'}}
+    body = await post_json(
+        client,
+        CHAT,
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "Convert 20 C."}],
+            "tools": [tool],
+            "tool_choice": {"type": "function", "function": {"name": 'to "F"\\'}},
+            "max_tokens": 40,
+            "temperature": 0,
+        },
+    )
+    [call] = body["choices"][0]["message"]["tool_calls"]
+    assert call["function"]["name"] == 'to "F"\\'

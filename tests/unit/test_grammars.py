@@ -81,7 +81,36 @@ REFUSED = [
         {"enum": ["x" * MAX_SCHEMA_CHARS]},
         f"it is over this server's limit of {MAX_SCHEMA_CHARS} characters",
     ),
-    ("nested too deeply", nested(3000), "it is nested too deeply"),
+    ("nested too deeply", nested(3000), "it nests too deeply, or has too many optional properties"),
+    (
+        "too many optional properties",
+        {"type": "object", "properties": {f"p{i}": {"type": "null"} for i in range(3000)}},
+        "it nests too deeply, or has too many optional properties",
+    ),
+    (
+        "a pattern needing U+0000",
+        {"type": "string", "pattern": "^a\\x00$"},
+        "it needs a character that no token can produce (U+0000, a UTF-16 surrogate or one "
+        'past U+10FFFF) in "a\\x00"',
+    ),
+    (
+        "a raw U+0000 in a pattern",
+        {"type": "string", "pattern": "^a\x00$"},
+        "it needs a character that no token can produce (U+0000, a UTF-16 surrogate or one "
+        'past U+10FFFF) in "a\x00"',
+    ),
+    (
+        "a class of surrogates only",
+        {"type": "string", "pattern": "^[\\ud800-\\udbff\\udc00]$"},
+        "it needs a character that no token can produce (U+0000, a UTF-16 surrogate or one "
+        "past U+10FFFF) in [\\ud800-\\udbff\\udc00]",
+    ),
+    (
+        "a code point past U+10FFFF",
+        {"type": "string", "pattern": "^\\U00110000$"},
+        "it needs a character that no token can produce (U+0000, a UTF-16 surrogate or one "
+        'past U+10FFFF) in "\\U00110000"',
+    ),
 ]
 
 
@@ -92,6 +121,38 @@ def test_refused_schemas(schema: Any, message: str) -> None:
     with pytest.raises(GrammarError) as caught:
         schema_grammar(schema)
     assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    ["^[\\x00-\\x7f]+$", "^a\\\\x00$", "^[^\\x00]$", "^\\u00e9$"],
+    ids=["a class that also holds other characters", "an escaped backslash", "negated", "é"],
+)
+def test_patterns_that_tokens_can_produce(pattern: str) -> None:
+    assert schema_grammar({"type": "string", "pattern": pattern})
+
+
+LITERALS = [
+    ("plain", "red", '"\\"red\\""'),
+    ("quote", 'a"b', '"\\"a\\\\\\"b\\""'),
+    ("backslash", "a\\b", '"\\"a\\\\\\\\b\\""'),
+    ("newline", "a\nb", '"\\"a\\\\nb\\""'),
+    ("U+0000", "a\x00b", '"\\"a\\\\u0000b\\""'),
+    ("non-ASCII", "São", '"\\"São\\""'),
+    ("lone surrogate", "\ud800", '"\\"\\\\ud800\\""'),
+]
+
+
+@pytest.mark.parametrize(
+    ("value", "literal"), [c[1:] for c in LITERALS], ids=[c[0] for c in LITERALS]
+)
+def test_constants_become_gbnf_literals_of_their_json_text(value: str, literal: str) -> None:
+    """The literal spells the value's JSON text: quotes and backslashes escaped for GBNF,
+    control characters as JSON escapes, other characters as themselves (llama-cpp-python's
+    own converter writes 'a"b' as a broken literal and "a\\nb" as a raw newline)."""
+    assert schema_grammar({"const": value}) == f'root ::= {literal}\nspace ::= " "?'
+    keyed = schema_grammar({"type": "object", "properties": {value: {"type": "null"}}})
+    assert f"{literal} space" in keyed
 
 
 def test_long_converter_messages_are_cut() -> None:

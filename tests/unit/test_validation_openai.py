@@ -228,9 +228,17 @@ CHAT_ERRORS = [
         UNUSABLE.format('"maxLength" repeats 5000 times; the limit is 1000'),
     ),
     (
-        "a lone surrogate in a pattern",
-        {"response_format": schema_format({"type": "string", "pattern": "^\ud800$"})},
+        "a lone surrogate in a pattern's class",
+        {"response_format": schema_format({"type": "string", "pattern": "^[a\ud800]$"})},
         "response_format contains an unpaired UTF-16 surrogate; send valid Unicode text.",
+    ),
+    (
+        "a pattern that needs a lone surrogate",
+        {"response_format": schema_format({"type": "string", "pattern": "^\ud800$"})},
+        UNUSABLE.format(
+            "it needs a character that no token can produce (U+0000, a UTF-16 surrogate or one "
+            'past U+10FFFF) in "\ud800"'
+        ),
     ),
     ("top_logprobs without logprobs", {"top_logprobs": 2}, TOP_WITHOUT),
     ("top_logprobs with logprobs false", {"logprobs": False, "top_logprobs": 0}, TOP_WITHOUT),
