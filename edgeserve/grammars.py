@@ -43,6 +43,7 @@ _ESCAPE: Final = re.compile(
     r"\\(?:x([0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|(.))", re.S
 )
 _SIMPLE_ESCAPES: Final = {"n": 10, "r": 13, "t": 9}
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 _RULE_OVERHEAD: Final = 16
 _ERROR_CHARS: Final = 200
 
@@ -101,7 +102,7 @@ class _Converter(SchemaConverter):
 
     def _format_literal(self, literal: str) -> str:
         readable = json.dumps(json.loads(literal), ensure_ascii=False)
-        text = readable if _is_encodable(readable) else literal
+        text = _SURROGATE.sub(lambda match: f"\\u{ord(match.group(0)):04x}", readable)
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
@@ -119,8 +120,7 @@ def _check_reachable(gbnf: str) -> None:
     for match in _GBNF_TOKEN.finditer(gbnf):
         token = match.group(0)
         if token.startswith('"'):
-            needed = [(c, c) for c, _ in _code_points(token[1:-1])]
-            dead = any(_unreachable(low, high) for low, high in needed)
+            dead = any(_unreachable(code, code) for code, _ in _code_points(token[1:-1]))
         elif token.startswith("[") and not token.startswith("[^"):
             ranges = _class_ranges(token[1:-1])
             dead = bool(ranges) and all(_unreachable(low, high) for low, high in ranges)
@@ -175,14 +175,6 @@ def _class_ranges(body: str) -> list[tuple[int, int]]:
             ranges.append((low, low))
             index += 1
     return ranges
-
-
-def _is_encodable(text: str) -> bool:
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _call_grammar(name: str, parameters: Mapping[str, Any]) -> str:
