@@ -2,8 +2,9 @@
 
 One thread owns the model and context. Each step builds ONE `llama_decode` batch holding the
 next token of every generating sequence plus chunks of waiting prompts: up to `n_batch` tokens
-while nothing generates, else at most `prefill_chunk`, so a newcomer's prefill delays running
-streams by tens of milliseconds instead of a whole batch. Then it samples each sequence with
+while nothing generates, else `prefill_chunk` tokens (times how many waiting prompts there are
+per generating request), so a newcomer's prefill delays running streams by ~0.1 s per step
+instead of a whole batch. Then it samples each sequence with
 its own native sampler chain. Results reach the event loop with one `call_soon_threadsafe` per
 loop per step.
 
@@ -32,7 +33,7 @@ import numpy as np
 from edgeserve.engine.batch import TokenBatch
 from edgeserve.engine.chat_template import ChatTemplate, resolve_template
 from edgeserve.engine.model import SCORE_CHUNK, SCORE_CHUNK_BESIDE_STREAMS, LoadedModel
-from edgeserve.engine.sampling import build_sampler, free_sampler, grammar_sampler, grammar_text
+from edgeserve.engine.sampling import Candidates, Sampler, grammar_sampler, grammar_text
 from edgeserve.engine.scoring import ScoreJob, TextState
 from edgeserve.engine.sequence import Choice, Job, Sink
 from edgeserve.engine.slots import SlotPool
@@ -59,6 +60,9 @@ log = logging.getLogger("edgeserve.engine")
 
 # The scoring context is freed after this long without a score request.
 SCORE_CONTEXT_IDLE_S = 30.0
+# The requests of a burst reach an idle engine a few ms apart; it waits this long after the
+# first so that their prompts share the first step instead of queueing behind one prefill.
+BURST_WINDOW_S = 0.01
 
 
 class Engine:
@@ -85,6 +89,7 @@ class Engine:
         self._reserved = 0
         self._score_turn = True
         self._score_idle_since = 0.0
+        self._candidates = Candidates(0)
         self._next_id = 0
         self._outbox: dict[Any, list[tuple[Callable[[Any], None], Any]]] = {}
         self._thread = threading.Thread(target=self._run, name="edgeserve-engine", daemon=True)
@@ -205,6 +210,7 @@ class Engine:
             return
         self._loaded.set()
         model = self.model
+        self._candidates = Candidates(model.n_vocab)
         batch = TokenBatch(model.n_ctx if model.is_classifier else self.config.n_batch)
         try:
             while self._step(batch):
@@ -220,6 +226,7 @@ class Engine:
     def _step(self, batch: TokenBatch) -> bool:
         """One scheduling step; returns False when the thread should exit."""
         with self._cond:
+            idle = not self._active and not self._scoring
             while (
                 self._running
                 and not self._inbox
@@ -229,6 +236,10 @@ class Engine:
                 and not (self._waiting and self._can_admit(self._waiting[0]))
             ):
                 self._cond.wait(self._idle_housekeeping())
+            if idle and self._inbox and self._running:
+                deadline = time.monotonic() + BURST_WINDOW_S
+                while (left := deadline - time.monotonic()) > 0:
+                    self._cond.wait(left)
             if not self._running:
                 return False
             inbox, self._inbox = self._inbox, deque()
@@ -269,7 +280,7 @@ class Engine:
             spec = job.request.params.grammar
             if spec is not None:
                 job.gbnf = grammar_text(spec)
-                free_sampler(grammar_sampler(model.vocab, job.gbnf))
+                lc.llama_sampler_free(grammar_sampler(model.vocab, job.gbnf))
         except EngineError as exc:
             self._reject(job, exc)
             return
@@ -341,9 +352,7 @@ class Engine:
             seqs = [lead] + [self._take_cleared() for _ in range(job.request.n - 1)]
             params = job.request.params
             for i, seq in enumerate(seqs):
-                sampler = build_sampler(
-                    params, model.vocab, model.n_vocab, seed_offset=i, gbnf=job.gbnf
-                )
+                sampler = Sampler(params, model.vocab, model.n_vocab, seed_offset=i, gbnf=job.gbnf)
                 job.choices.append(Choice(index=i, seq_id=seq, sampler=sampler, stops=params.stop))
             job.choices[0].n_past = job.cached
             if job.cached:
@@ -430,9 +439,15 @@ class Engine:
                 if not choice.done:
                     idx = batch.add(choice.last_token, choice.n_past, choice.seq_id, True)
                     stepping.append((idx, job, choice))
-        # While streams generate, prompts get a small share of each step, so a newcomer's
-        # prefill delays their next token by a few tens of ms instead of a whole batch.
-        budget = self.config.prefill_chunk if stepping else batch.room
+        # While streams generate, prompts get a small share of each step (prefill_chunk tokens
+        # per generating request each waiting prompt outnumbers them by), so a newcomer delays
+        # the streams' next token by ~0.1 s instead of a whole batch, and a crowd of newcomers
+        # behind one stream is not held back by it.
+        budget = batch.room
+        if stepping:
+            generating = len({id(job) for _, job, _ in stepping})
+            prefilling = sum(job.prefilling for job in self._active)
+            budget = self.config.prefill_chunk * max(1, -(-prefilling // generating))
         prefills: list[tuple[Job, int, int | None]] = []
         for job in self._active:
             if not job.prefilling or batch.room == 0 or budget == 0:
@@ -553,7 +568,11 @@ class Engine:
         generation, stop string, limits, or go on."""
         model = self.model
         assert model is not None
-        token = lc.llama_sampler_sample(choice.sampler, model.ctx, idx)
+        token = choice.sampler.sample(model.ctx, idx, self._candidates)
+        if token is None:  # the grammar allows nothing more
+            self._emit_text(job, choice, self._drain_text(choice))
+            self._finish(job, choice, "stop")
+            return
         choice.n_gen += 1
         choice.generated.append(token)
         end = model.is_eog(token)
@@ -603,7 +622,7 @@ class Engine:
         model = self.model
         assert model is not None
         choice.done = True
-        free_sampler(choice.sampler)
+        choice.sampler.free()
         held = (job.tokens + choice.generated)[: choice.n_past]
         self._slots.give_back(choice.seq_id, held)
         if reason != "abort":

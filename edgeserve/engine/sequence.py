@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edgeserve.engine.detok import StopMatcher, Utf8Assembler
+from edgeserve.engine.sampling import Sampler
 from edgeserve.engine.types import GenerationRequest
 
 
@@ -25,7 +26,7 @@ class Choice:
 
     index: int
     seq_id: int
-    sampler: Any
+    sampler: Sampler
     stops: tuple[str, ...]
     n_past: int = 0
     n_gen: int = 0

@@ -109,3 +109,30 @@ async def test_scored_tokens_are_described_with_alternatives(engine):
             assert d.logprob <= best + 1e-6
             if d.token not in (first, second):
                 assert d.logprob <= runner_up + 1e-6, "a token outside the top 2 ranks below it"
+
+
+async def test_grammar_with_no_possible_token_ends_the_choice_not_the_process(engine):
+    # No Gemma token produces U+0000, so nothing fits this grammar: the choice ends cleanly
+    # (accepting a refused token would make llama.cpp abort the whole process).
+    params = SamplingParams(
+        max_tokens=4, temperature=0, grammar=GrammarSpec("gbnf", 'root ::= "\\x00"')
+    )
+    text, _, reason = await run(engine, params)
+    assert (text, reason) == ("", "stop")
+    _, _, reason = await run(engine, SamplingParams(max_tokens=2, temperature=0))
+    assert reason == "length", "the engine still serves"
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+async def test_lazily_applied_grammar_still_binds_every_token(engine, temperature):
+    digits = GrammarSpec("gbnf", 'root ::= [0-9] [0-9] [0-9] "-" [a-c]+')
+    params = SamplingParams(
+        max_tokens=12,
+        temperature=temperature,
+        seed=3,
+        grammar=digits,
+        logit_bias={1: -100.0, 106: -100.0, 212: -100.0},
+    )
+    text, _, _ = await run(engine, params)
+    assert text[:3].isdigit() and text[3] == "-", text
+    assert set(text[4:]) <= set("abc"), text
