@@ -9,7 +9,8 @@ of tokens that a stop string swallowed are never released: they are dropped at t
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from edgeserve.engine.types import Finished, TextDelta, TokenLogprob
@@ -28,23 +29,28 @@ class _Choice:
 
     __slots__ = ("chars", "produced", "queue", "released")
 
-    def __init__(self) -> None:
+    def __init__(self, chars: int) -> None:
         self.queue: deque[tuple[int, AlignedLogprob]] = deque()
         self.produced = 0
-        self.chars = 0
+        self.chars = chars
         self.released = 0
 
 
 class LogprobAligner:
     """Feed it every event of a generation, in order; it returns the entries each event
-    releases (only a TextDelta releases any)."""
+    releases (only a TextDelta releases any). `start(index)` is where choice `index`'s
+    generated text begins in its text, in characters (after an echoed prompt; 0 by default)."""
 
-    def __init__(self) -> None:
-        self._choices: defaultdict[int, _Choice] = defaultdict(_Choice)
+    def __init__(self, start: Callable[[int], int] | None = None) -> None:
+        self._choices: dict[int, _Choice] = {}
+        self._start = start
 
     def feed(self, event: TextDelta | TokenLogprob | Finished) -> list[AlignedLogprob]:
         """Queue a TokenLogprob, release what a TextDelta covers, drop the rest at Finished."""
-        choice = self._choices[event.index]
+        choice = self._choices.get(event.index)
+        if choice is None:
+            start = self._start(event.index) if self._start else 0
+            choice = self._choices[event.index] = _Choice(start)
         if isinstance(event, TokenLogprob):
             choice.produced += len(event.token)
             choice.queue.append((choice.produced, AlignedLogprob(event, choice.chars)))
@@ -58,6 +64,16 @@ class LogprobAligner:
         while choice.queue and choice.queue[0][0] <= choice.released:
             out.append(choice.queue.popleft()[1])
         return out
+
+
+def prompt_entries(tokens: Sequence[TokenLogprob]) -> list[AlignedLogprob]:
+    """A scored prompt's token entries with their offsets in the prompt text, in characters."""
+    out = []
+    chars = 0
+    for token in tokens:
+        out.append(AlignedLogprob(token, chars))
+        chars += _characters_started(token.token)
+    return out
 
 
 def _characters_started(data: bytes) -> int:

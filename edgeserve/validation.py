@@ -133,16 +133,6 @@ class Detail:
         '"suffix" is not supported (this server does no fill-in-the-middle); '
         "leave it out or send null."
     )
-    ECHO_LOGPROBS_UNSUPPORTED = (
-        '"logprobs" with "echo" would need the log-probabilities of the prompt\'s tokens, which '
-        "this server does not compute; leave out one of them (POST /v1/score/evaluation with "
-        '"return_token_logprobs": true scores a text).'
-    )
-    ECHO_SCORING_UNSUPPORTED = (
-        '"max_tokens": 0 with "echo" (scoring the prompt) is not supported yet; score texts '
-        'with POST /v1/score/evaluation ("return_token_logprobs": true gives per-token values), '
-        "or ask for at least 1 token."
-    )
     BEST_OF_UNSUPPORTED = (
         '"best_of" is not supported; leave it out or set it equal to "n" ({n}), got {value}.'
     )
@@ -828,25 +818,23 @@ def _is_encodable(text: str) -> bool:
 def prepare_completion(req: CompletionRequest, limits: Limits) -> list[GenerationRequest]:
     """The legacy completion checks; one engine request per prompt text, in prompt order.
 
-    Order: an empty prompt list; the OpenAI features not implemented (`suffix`, `echo` with
-    `max_tokens: 0` or with `logprobs`, `best_of` other than n); the sampling checks chat has
-    (n, max_tokens — whose default is OpenAI's 16, null meaning as many as fit —, ranges,
-    logit_bias, stop); `logprobs` (0 to MAX_TOP_LOGPROBS); the number of choices (texts × n)
-    against the n limit; invalid Unicode. Each prompt is raw text, tokenized with the model's
-    BOS and no chat template.
+    Order: an empty prompt list; the OpenAI features not implemented (`suffix`, `best_of`
+    other than n); the sampling checks chat has (n, max_tokens — whose default is OpenAI's 16,
+    null meaning as many as fit, 0 allowed only with `echo` —, ranges, logit_bias, stop);
+    `logprobs` (0 to MAX_TOP_LOGPROBS); the number of choices (texts × n) against the n limit;
+    invalid Unicode. Each prompt is raw text, tokenized with the model's BOS and no chat
+    template. `echo` with `max_tokens: 0` generates nothing: the list is empty and
+    `echo_scoring` says what to score.
     """
     prompts = [req.prompt] if isinstance(req.prompt, str) else list(req.prompt)
     if not prompts:
         raise _bad(Detail.EMPTY_PROMPT_LIST)
     if req.suffix:
         raise _bad(Detail.SUFFIX_UNSUPPORTED)
-    if req.echo and req.max_tokens == 0:
-        raise _bad(Detail.ECHO_SCORING_UNSUPPORTED)
-    if req.echo and req.logprobs is not None:
-        raise _bad(Detail.ECHO_LOGPROBS_UNSUPPORTED)
     if req.best_of is not None and req.best_of != req.n:
         raise _bad(Detail.BEST_OF_UNSUPPORTED.format(n=req.n, value=req.best_of))
-    params = _sampling(req, limits, "max_tokens", req.max_tokens)
+    echo_only = req.echo and req.max_tokens == 0
+    params = _sampling(req, limits, "max_tokens", None if echo_only else req.max_tokens)
     _check_range("logprobs", req.logprobs, low=0, high=MAX_TOP_LOGPROBS)
     params = replace(params, logprobs=req.logprobs)
     total = len(prompts) * req.n
@@ -864,7 +852,19 @@ def prepare_completion(req: CompletionRequest, limits: Limits) -> list[Generatio
             *(("stop", text) for text in params.stop),
         ]
     )
+    if echo_only:
+        return []
     return [GenerationRequest(prompt=text, params=params, n=req.n) for text in prompts]
+
+
+def echo_scoring(req: CompletionRequest) -> ScoreRequest | None:
+    """What an echoed completion needs scored (call after `prepare_completion`): the prompt
+    texts, each token described with `logprobs` alternatives, when `echo` comes with
+    `logprobs` or with `max_tokens: 0`; else None."""
+    if not req.echo or (req.logprobs is None and req.max_tokens != 0):
+        return None
+    prompts = (req.prompt,) if isinstance(req.prompt, str) else tuple(req.prompt)
+    return ScoreRequest(texts=prompts, top_logprobs=req.logprobs or 0)
 
 
 def _prompt_names(count: int, single: bool) -> list[str]:

@@ -61,11 +61,8 @@ async def test_unsupported_fields_are_bad_requests(aclient):
         await aclient.completions.create(model="m", prompt=PROMPT, suffix="The end.")
     assert "suffix" in caught.value.body["detail"]
     with pytest.raises(openai.BadRequestError) as caught:
-        await aclient.completions.create(model="m", prompt=PROMPT, echo=True, max_tokens=0)
-    assert "not supported yet" in caught.value.body["detail"]
-    with pytest.raises(openai.BadRequestError) as caught:
-        await aclient.completions.create(model="m", prompt=PROMPT, echo=True, logprobs=1)
-    assert caught.value.body["detail"].startswith('"logprobs" with "echo" would need')
+        await aclient.completions.create(model="m", prompt=PROMPT, max_tokens=0)
+    assert caught.value.body == {"detail": '"max_tokens" must be at least 1, got 0.'}
     with pytest.raises(openai.BadRequestError) as caught:
         await aclient.completions.create(model="m", prompt=PROMPT, logprobs=21)
     assert caught.value.body == {"detail": '"logprobs" must be between 0 and 20, got 21.'}
@@ -129,3 +126,35 @@ async def test_logprobs_of_every_choice(aclient):
     assert [c.index for c in completion.choices] == [0, 1, 2, 3]
     for choice in completion.choices:
         check_logprobs(choice.logprobs, choice.text, 3, 0)
+
+
+async def test_echo_with_max_tokens_0_scores_the_prompt(aclient):
+    completion = await aclient.completions.create(
+        model="any-model", prompt=[PROMPT, "Zürich 😀"], echo=True, max_tokens=0, logprobs=2
+    )
+    assert completion.usage is not None and completion.usage.completion_tokens == 0
+    texts = [PROMPT, "Zürich 😀"]
+    counts = []
+    for choice, text in zip(completion.choices, texts, strict=True):
+        assert (choice.text, choice.finish_reason) == (text, "length")
+        counts.append(len(choice.logprobs.tokens))
+        check_logprobs(choice.logprobs, text, counts[-1], 2)
+    assert completion.usage.prompt_tokens == sum(counts) + 2, "each prompt also has BOS"
+
+
+async def test_echo_with_logprobs_leads_with_the_prompt_tokens(aclient):
+    fields = {"model": "any-model", "prompt": PROMPT, "temperature": 0, "logit_bias": EOS_BAN}
+    only = await aclient.completions.create(**fields, echo=True, max_tokens=0, logprobs=1)
+    both = await aclient.completions.create(**fields, echo=True, max_tokens=3, logprobs=1)
+    prompt_part = only.choices[0].logprobs
+    [choice] = both.choices
+    n_prompt = len(prompt_part.tokens)
+    check_logprobs(choice.logprobs, choice.text, n_prompt + 3, 1)
+    assert choice.logprobs.tokens[:n_prompt] == prompt_part.tokens
+    assert choice.logprobs.token_logprobs[:n_prompt] == prompt_part.token_logprobs
+    stream = await aclient.completions.create(
+        **fields, echo=True, max_tokens=0, logprobs=1, stream=True
+    )
+    [chunk] = [c.choices[0] async for c in stream]
+    assert (chunk.text, chunk.finish_reason) == (PROMPT, "length")
+    assert chunk.logprobs.token_logprobs == prompt_part.token_logprobs

@@ -319,20 +319,6 @@ COMPLETION_ERRORS = [
         "leave it out or send null.",
     ),
     (
-        "echo with max_tokens 0",
-        completion(echo=True, max_tokens=0, logprobs=1),
-        '"max_tokens": 0 with "echo" (scoring the prompt) is not supported yet; score texts '
-        'with POST /v1/score/evaluation ("return_token_logprobs": true gives per-token values), '
-        "or ask for at least 1 token.",
-    ),
-    (
-        "echo with logprobs",
-        completion(echo=True, logprobs=0),
-        '"logprobs" with "echo" would need the log-probabilities of the prompt\'s tokens, which '
-        "this server does not compute; leave out one of them (POST /v1/score/evaluation with "
-        '"return_token_logprobs": true scores a text).',
-    ),
-    (
         "best_of above n",
         completion(best_of=3),
         '"best_of" is not supported; leave it out or set it equal to "n" (1), got 3.',

@@ -2,6 +2,9 @@
 
 Each prompt text is one engine request (raw text with BOS, no chat template), all submitted
 together so they share decode steps; choice `i * n + j` is answer j to prompt i, OpenAI's order.
+With `echo` and `logprobs` (or `max_tokens: 0`) the prompts are also scored, and their tokens
+lead each choice's log-probabilities; every prompt token, the first included, is given its
+value (it is predicted from BOS).
 """
 
 from __future__ import annotations
@@ -16,12 +19,12 @@ from aiohttp import web
 
 from edgeserve import responses, validation
 from edgeserve.engine.client import Generation
-from edgeserve.engine.types import Finished, PromptInfo, TextDelta, TokenLogprob
+from edgeserve.engine.types import Finished, PromptInfo, ScoreResult, TextDelta, TokenLogprob
 from edgeserve.errors import ApiError, EngineError
 from edgeserve.http.handlers.common import authenticated_body, engine_errors
 from edgeserve.http.keys import ENGINE, LIMITS, RECORD, SETTINGS
 from edgeserve.http.sse import EventStream
-from edgeserve.logprobs import AlignedLogprob, LogprobAligner
+from edgeserve.logprobs import AlignedLogprob, LogprobAligner, prompt_entries
 from edgeserve.protocol import CompletionRequest
 
 
@@ -33,6 +36,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     engine = request.app[ENGINE]
     validation.check_can_generate(engine.can_generate)
     works = validation.prepare_completion(req, request.app[LIMITS])
+    scoring = validation.echo_scoring(req)
     settings = request.app[SETTINGS]
     started = time.perf_counter()
     deadline = asyncio.get_running_loop().time() + settings.request_timeout_s
@@ -52,6 +56,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
                     raise validation.completion_engine_error(exc, index, len(gens), single) from exc
             prompts = [req.prompt] if single else list(req.prompt)
             run = _Run(request, req, prompts, infos, started)
+            if scoring is not None:
+                run.echoed(await engine.score(scoring))
             if not req.stream:
                 return await _collect(run, gens)
         return await _stream(run, gens, deadline)
@@ -69,6 +75,25 @@ class _Run:
     completion_tokens: int = 0
     cached: dict[int, int] = field(default_factory=dict)
     first: float | None = None
+    prompt_logprobs: list[list[AlignedLogprob]] | None = None
+
+    def echoed(self, result: ScoreResult) -> None:
+        """Keep the scored prompts' token entries (and, when nothing is generated, their
+        token counts)."""
+        assert result.tokens is not None
+        self.prompt_logprobs = [prompt_entries(tokens) for tokens in result.tokens]
+        if not self.infos:
+            self.infos = [PromptInfo(prompt_tokens=result.n_tokens)]
+
+    def echo_entries(self, index: int) -> list[AlignedLogprob]:
+        """The prompt's token entries that lead choice `index`'s log-probabilities."""
+        if self.prompt_logprobs is None:
+            return []
+        return self.prompt_logprobs[index // self.req.n]
+
+    def offset(self, index: int) -> int:
+        """Where generated text starts in choice `index`'s text (after an echoed prompt)."""
+        return len(self.prompt_of(index)) if self.req.echo else 0
 
     def account(self, event: TextDelta | TokenLogprob | Finished) -> None:
         """Count a finished choice's tokens (and its prompt's cached tokens); note the first
@@ -145,11 +170,11 @@ class _Merged:
 
 async def _collect(run: _Run, gens: list[Generation]) -> web.Response:
     req = run.req
-    count = len(gens) * req.n
+    count = len(run.prompts) * req.n
     texts = [run.prompt_of(i) if req.echo else "" for i in range(count)]
     reasons = ["length"] * count
-    entries: list[list[AlignedLogprob]] = [[] for _ in range(count)]
-    aligner = LogprobAligner()
+    entries = [list(run.echo_entries(i)) for i in range(count)]
+    aligner = LogprobAligner(run.offset)
     merged = _Merged(gens, req.n)
     try:
         async for event in merged.events():
@@ -183,13 +208,19 @@ async def _stream(run: _Run, gens: list[Generation], deadline: float) -> web.Str
     stream = EventStream(request, request.app[SETTINGS].ping_interval_s)
     async with stream:
         if req.echo:
-            for index in range(len(gens) * req.n):
+            for index in range(len(run.prompts) * req.n):
                 echo = responses.completion_chunk(
-                    cid, req.model, created, index, run.prompt_of(index)
+                    cid,
+                    req.model,
+                    created,
+                    index,
+                    run.prompt_of(index),
+                    None if gens else "length",
+                    None if req.logprobs is None else run.echo_entries(index),
                 )
                 if not await stream.send(echo):
                     return stream.response
-        aligner = LogprobAligner()
+        aligner = LogprobAligner(run.offset)
         merged = _Merged(gens, req.n)
         limit = asyncio.timeout_at(deadline)
         try:
