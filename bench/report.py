@@ -128,7 +128,7 @@ def table(results: dict[str, Any]) -> str:
     if sk:
         lines.append(
             f"soak: {sk['requests']} mixed requests at concurrency {sk['concurrency']}: edgeserve "
-            f"RSS {_mib(sk['rss_base']):.0f} MiB after the first tenth -> {_mib(sk['rss_end']):.0f}"
+            f"RSS {_mib(sk['rss_base']):.0f} MiB after the warm-up -> {_mib(sk['rss_end']):.0f}"
             f" MiB at the end ({_mib(sk['rss_growth']):+.1f} MiB); "
             + ", ".join(f"{k}: {v}" for k, v in sk["outcomes"].items())
         )
