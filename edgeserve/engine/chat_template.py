@@ -123,3 +123,5 @@ class ChatTemplate:
             )
         except TemplateError as exc:
             raise InvalidPrompt(f"The chat template rejected the conversation: {exc}") from exc
+        except Exception as exc:  # a template is code from the GGUF: any error it raises is its own
+            raise InvalidPrompt(f"The chat template failed on this conversation: {exc}") from exc

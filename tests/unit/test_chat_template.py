@@ -83,6 +83,20 @@ def test_template_errors_become_invalid_prompt():
         template.render(ChatPrompt(messages=(ChatTurn("user", "x"),)))
 
 
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{{ messages[0]['content'] + 1 }}",
+        "{{ messages[5]['content'] }}{{ (messages | length) // 0 }}",
+        "{{ '%d' % messages[0]['content'] }}",
+    ],
+)
+def test_any_error_a_template_raises_is_invalid_prompt(source):
+    template = ChatTemplate(source, bos_token="", eos_token="")
+    with pytest.raises(InvalidPrompt, match="chat template"):
+        template.render(ChatPrompt(messages=(ChatTurn("user", "x"),)))
+
+
 def test_the_sandbox_blocks_attribute_escapes():
     template = ChatTemplate(
         "{{ messages.__class__.__mro__[1].__subclasses__() }}", bos_token="", eos_token=""
