@@ -5,6 +5,11 @@ lazily, as llama.cpp's own tools do: the chain picks a token from the raw candid
 grammar checks only that token, and only when it is refused are all candidates filtered by the
 grammar and the chain run again. Filtering every candidate costs 0.1-0.6 s per token on a
 262k vocabulary, while the model's own choice usually fits the grammar.
+
+Some grammars (JSON schemas with nested alternatives that share a prefix) make llama.cpp's
+grammar state grow exponentially as the answer nests deeper, and the engine thread cannot be
+interrupted inside llama.cpp; a grammar step slower than GRAMMAR_STEP_LIMIT_S marks the sampler
+`slow`, and the engine ends that answer, before the next step can take longer still.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import ctypes
 import json
 import math
 import random
+import time
 from typing import Any
 
 import llama_cpp as lc
@@ -23,6 +29,7 @@ from edgeserve.engine.types import GrammarSpec, SamplingParams
 from edgeserve.errors import InvalidPrompt
 
 PENALTY_LAST_N = 64
+GRAMMAR_STEP_LIMIT_S = 2.0
 # Any JSON object. The converter's grammar, not llama-cpp-python's JSON_GBNF, whose optional
 # newline-and-indent whitespace rule made sampling ~8x slower and led Gemma into endless
 # indentation.
@@ -161,23 +168,32 @@ class Sampler:
     ) -> None:
         self.chain = _build_chain(params, n_vocab, seed_offset)
         self.grammar = grammar_sampler(vocab, gbnf) if gbnf is not None else None
+        self.slow = False
 
     def sample(self, ctx: Any, idx: int, candidates: Candidates) -> int | None:
         """The next token from batch row `idx`, accepted by the chain (and grammar); None when
         the grammar allows no token at all."""
         if self.grammar is None:
             return int(lc.llama_sampler_sample(self.chain, ctx, idx))
+        started = time.perf_counter()
+        token = self._sample_with_grammar(self.grammar, ctx, idx, candidates)
+        self.slow = time.perf_counter() - started > GRAMMAR_STEP_LIMIT_S
+        return token
+
+    def _sample_with_grammar(
+        self, grammar: Any, ctx: Any, idx: int, candidates: Candidates
+    ) -> int | None:
         logits = lc.llama_get_logits_ith(ctx, idx)
         lc.llama_sampler_apply(self.chain, candidates.fill(logits))
         token, _ = candidates.selected()
-        if not candidates.allows(self.grammar, token):
+        if not candidates.allows(grammar, token):
             ready = candidates.fill(logits)
-            lc.llama_sampler_apply(self.grammar, ready)
+            lc.llama_sampler_apply(grammar, ready)
             lc.llama_sampler_apply(self.chain, ready)
             token, logit = candidates.selected()
             if not math.isfinite(logit):
                 return None
-        lc.llama_sampler_accept(self.grammar, token)
+        lc.llama_sampler_accept(grammar, token)
         lc.llama_sampler_accept(self.chain, token)
         return token
 

@@ -33,7 +33,13 @@ import numpy as np
 from edgeserve.engine.batch import TokenBatch
 from edgeserve.engine.chat_template import ChatTemplate, resolve_template
 from edgeserve.engine.model import SCORE_CHUNK, SCORE_CHUNK_BESIDE_STREAMS, LoadedModel
-from edgeserve.engine.sampling import Candidates, Sampler, grammar_sampler, grammar_text
+from edgeserve.engine.sampling import (
+    GRAMMAR_STEP_LIMIT_S,
+    Candidates,
+    Sampler,
+    grammar_sampler,
+    grammar_text,
+)
 from edgeserve.engine.scoring import ScoreJob, TextState
 from edgeserve.engine.sequence import Choice, Job, Sink
 from edgeserve.engine.slots import SlotPool
@@ -590,7 +596,14 @@ class Engine:
         self._emit_text(job, choice, text)
         if hit:
             self._finish(job, choice, "stop")
-        elif choice.n_gen >= job.max_new or choice.n_past >= model.n_ctx:
+        elif choice.n_gen >= job.max_new or choice.n_past >= model.n_ctx or choice.sampler.slow:
+            if choice.sampler.slow:
+                log.warning(
+                    "request %d choice %d: a grammar step took over %.0f s; answer ended early",
+                    job.rid,
+                    choice.index,
+                    GRAMMAR_STEP_LIMIT_S,
+                )
             self._emit_text(job, choice, self._drain_text(choice))
             self._finish(job, choice, "length")
         else:

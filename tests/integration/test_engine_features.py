@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from edgeserve.engine import sampling
 from edgeserve.engine.client import EngineClient
 from edgeserve.engine.types import (
     ChatPrompt,
@@ -23,6 +24,7 @@ from edgeserve.engine.types import (
 from edgeserve.errors import InvalidPrompt
 
 ASK = ChatPrompt(messages=(ChatTurn("user", "Describe a cat as JSON."),))
+EOG_BAN = {1: -100.0, 106: -100.0, 212: -100.0}
 
 
 async def run(engine, params: SamplingParams) -> tuple[str, list[TokenLogprob], str]:
@@ -131,8 +133,20 @@ async def test_lazily_applied_grammar_still_binds_every_token(engine, temperatur
         temperature=temperature,
         seed=3,
         grammar=digits,
-        logit_bias={1: -100.0, 106: -100.0, 212: -100.0},
+        logit_bias=EOG_BAN,
     )
     text, _, _ = await run(engine, params)
     assert text[:3].isdigit() and text[3] == "-", text
     assert set(text[4:]) <= set("abc"), text
+
+
+async def test_an_answer_whose_grammar_steps_turn_slow_is_ended(engine, monkeypatch):
+    # A limit of 0 s makes every grammar step "slow": the answer ends after its first token.
+    monkeypatch.setattr(sampling, "GRAMMAR_STEP_LIMIT_S", 0.0)
+    digits = GrammarSpec("gbnf", "root ::= [0-9]+")
+    params = SamplingParams(max_tokens=8, temperature=0, grammar=digits, logit_bias=EOG_BAN)
+    text, _, reason = await run(engine, params)
+    assert (reason, len(text)) == ("length", 1) and text.isdigit(), "Gemma digits are 1 token"
+    monkeypatch.undo()
+    text, _, reason = await run(engine, params)
+    assert reason == "length" and text.isdigit() and len(text) >= 8, "no limit hit normally"
