@@ -285,6 +285,12 @@ class Settings:
     max_score_tokens: int = _setting(
         65536, _integer(1), "most tokens (all texts) in one score request", "N"
     )
+    grammar_step_limit_s: float = _setting(
+        2.0,
+        _seconds(allow_zero=False),
+        "a structured-output answer whose one grammar-constrained token took longer ends early",
+        "SECONDS",
+    )
     request_timeout_s: float = _setting(
         600.0, _seconds(allow_zero=False), "per-request time limit", "SECONDS"
     )
@@ -349,6 +355,7 @@ class Settings:
             use_mmap=not self.no_mmap,
             use_mlock=self.mlock,
             max_score_tokens=self.max_score_tokens,
+            grammar_step_limit_s=self.grammar_step_limit_s,
             kv_cache_type=self.kv_cache_type,
         )
 

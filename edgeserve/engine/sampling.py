@@ -8,7 +8,7 @@ grammar and the chain run again. Filtering every candidate costs 0.1-0.6 s per t
 
 Some grammars (JSON schemas with nested alternatives that share a prefix) make llama.cpp's
 grammar state grow exponentially as the answer nests deeper, and the engine thread cannot be
-interrupted inside llama.cpp; a grammar step slower than GRAMMAR_STEP_LIMIT_S marks the sampler
+interrupted inside llama.cpp; a grammar step slower than the sampler's `step_limit_s` marks it
 `slow`, and the engine ends that answer, before the next step can take longer still.
 """
 
@@ -29,7 +29,6 @@ from edgeserve.engine.types import GrammarSpec, SamplingParams
 from edgeserve.errors import InvalidPrompt
 
 PENALTY_LAST_N = 64
-GRAMMAR_STEP_LIMIT_S = 2.0
 # Any JSON object. The converter's grammar, not llama-cpp-python's JSON_GBNF, whose optional
 # newline-and-indent whitespace rule made sampling ~8x slower and led Gemma into endless
 # indentation.
@@ -154,8 +153,8 @@ class Sampler:
     """One sequence's sampling: its native chain and, kept apart, its grammar.
 
     `seed_offset` gives sibling choices of one `n>1` request distinct but reproducible streams;
-    `gbnf` is the request's grammar, already checked once by `grammar_text`/`grammar_sampler`.
-    Call `free` when the sequence ends.
+    `gbnf` is the request's grammar, already checked once by `grammar_text`/`grammar_sampler`;
+    a grammar step over `step_limit_s` seconds sets `slow`. Call `free` when the sequence ends.
     """
 
     def __init__(
@@ -165,10 +164,12 @@ class Sampler:
         n_vocab: int,
         seed_offset: int = 0,
         gbnf: str | None = None,
+        step_limit_s: float = 2.0,
     ) -> None:
         self.chain = _build_chain(params, n_vocab, seed_offset)
         self.grammar = grammar_sampler(vocab, gbnf) if gbnf is not None else None
         self.slow = False
+        self.step_limit_s = step_limit_s
 
     def sample(self, ctx: Any, idx: int, candidates: Candidates) -> int | None:
         """The next token from batch row `idx`, accepted by the chain (and grammar); None when
@@ -177,7 +178,7 @@ class Sampler:
             return int(lc.llama_sampler_sample(self.chain, ctx, idx))
         started = time.perf_counter()
         token = self._sample_with_grammar(self.grammar, ctx, idx, candidates)
-        self.slow = time.perf_counter() - started > GRAMMAR_STEP_LIMIT_S
+        self.slow = time.perf_counter() - started > self.step_limit_s
         return token
 
     def _sample_with_grammar(

@@ -33,13 +33,7 @@ import numpy as np
 from edgeserve.engine.batch import TokenBatch
 from edgeserve.engine.chat_template import ChatTemplate, resolve_template
 from edgeserve.engine.model import SCORE_CHUNK, SCORE_CHUNK_BESIDE_STREAMS, LoadedModel
-from edgeserve.engine.sampling import (
-    GRAMMAR_STEP_LIMIT_S,
-    Candidates,
-    Sampler,
-    grammar_sampler,
-    grammar_text,
-)
+from edgeserve.engine.sampling import Candidates, Sampler, grammar_sampler, grammar_text
 from edgeserve.engine.scoring import ScoreJob, TextState
 from edgeserve.engine.sequence import Choice, Job, Sink
 from edgeserve.engine.slots import SlotPool
@@ -358,7 +352,14 @@ class Engine:
             seqs = [lead] + [self._take_cleared() for _ in range(job.request.n - 1)]
             params = job.request.params
             for i, seq in enumerate(seqs):
-                sampler = Sampler(params, model.vocab, model.n_vocab, seed_offset=i, gbnf=job.gbnf)
+                sampler = Sampler(
+                    params,
+                    model.vocab,
+                    model.n_vocab,
+                    seed_offset=i,
+                    gbnf=job.gbnf,
+                    step_limit_s=self.config.grammar_step_limit_s,
+                )
                 job.choices.append(Choice(index=i, seq_id=seq, sampler=sampler, stops=params.stop))
             job.choices[0].n_past = job.cached
             if job.cached:
@@ -599,10 +600,10 @@ class Engine:
         elif choice.n_gen >= job.max_new or choice.n_past >= model.n_ctx or choice.sampler.slow:
             if choice.sampler.slow:
                 log.warning(
-                    "request %d choice %d: a grammar step took over %.0f s; answer ended early",
+                    "request %d choice %d: a grammar step took over %g s; answer ended early",
                     job.rid,
                     choice.index,
-                    GRAMMAR_STEP_LIMIT_S,
+                    choice.sampler.step_limit_s,
                 )
             self._emit_text(job, choice, self._drain_text(choice))
             self._finish(job, choice, "length")

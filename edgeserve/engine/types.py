@@ -25,6 +25,7 @@ class EngineConfig:
     use_mmap: bool = True
     use_mlock: bool = False
     max_score_tokens: int = 65536
+    grammar_step_limit_s: float = 2.0
     kv_cache_type: str = "f16"
 
 
