@@ -8,7 +8,9 @@ from contextlib import ExitStack
 from typing import Any
 
 import llama_cpp as lc
+import numpy as np
 
+from edgeserve.engine.sampling import Candidates
 from edgeserve.engine.scoring import LogSoftmax
 from edgeserve.engine.types import EngineConfig
 
@@ -85,7 +87,9 @@ class LoadedModel:
         self._stack.callback(lc.llama_model_free, model)
         self.vocab = lc.llama_model_get_vocab(model)
         self.n_vocab = lc.llama_vocab_n_tokens(self.vocab)
+        # Scratch for the engine thread: row reductions and grammar candidates.
         self.softmax = LogSoftmax(self.n_vocab)
+        self.candidates = Candidates(self.n_vocab)
         self.metadata = _read_metadata(model)
         self.n_ctx_train = lc.llama_model_n_ctx_train(model)
         self.n_layer = lc.llama_model_n_layer(model)
@@ -212,6 +216,11 @@ class LoadedModel:
             out = self._piece_buf.raw[:n]
         self._pieces[key] = out
         return out
+
+    def logit_row(self, ctx: Any, index: int) -> np.ndarray:
+        """Batch output `index`'s logits in `ctx`, a view into llama.cpp's buffer (no copy),
+        valid until that context's next decode."""
+        return np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, index), shape=(self.n_vocab,))
 
     def is_eog(self, token: int) -> bool:
         """True for end-of-generation tokens (EOS, EOT, <end_of_turn> …)."""

@@ -4,9 +4,8 @@ One thread owns the model and context. Each step builds ONE `llama_decode` batch
 next token of every generating sequence plus chunks of waiting prompts: up to `n_batch` tokens
 while nothing generates, else `prefill_chunk` tokens (times how many waiting prompts there are
 per generating request), so a newcomer's prefill delays running streams by ~0.1 s per step
-instead of a whole batch. Then it samples each sequence with
-its own native sampler chain. Results reach the event loop with one `call_soon_threadsafe` per
-loop per step.
+instead of a whole batch. Then it samples each sequence with its own native sampler chain.
+Results reach the event loop with one `call_soon_threadsafe` per loop per step.
 
 Admission is FIFO. A request needs `n` free sequence ids and a KV reservation of its prompt
 plus `n × min(max_tokens, n_ctx / parallel)` cells; a request alone in the engine is always
@@ -33,7 +32,7 @@ import numpy as np
 from edgeserve.engine.batch import TokenBatch
 from edgeserve.engine.chat_template import ChatTemplate, resolve_template
 from edgeserve.engine.model import SCORE_CHUNK, SCORE_CHUNK_BESIDE_STREAMS, LoadedModel
-from edgeserve.engine.sampling import Candidates, Sampler, grammar_sampler, grammar_text
+from edgeserve.engine.sampling import Sampler, grammar_sampler, grammar_text
 from edgeserve.engine.scoring import ScoreJob, TextState
 from edgeserve.engine.sequence import Choice, Job, Sink
 from edgeserve.engine.slots import SlotPool
@@ -89,7 +88,6 @@ class Engine:
         self._reserved = 0
         self._score_turn = True
         self._score_idle_since = 0.0
-        self._candidates = Candidates(0)
         self._next_id = 0
         self._outbox: dict[Any, list[tuple[Callable[[Any], None], Any]]] = {}
         self._thread = threading.Thread(target=self._run, name="edgeserve-engine", daemon=True)
@@ -210,7 +208,6 @@ class Engine:
             return
         self._loaded.set()
         model = self.model
-        self._candidates = Candidates(model.n_vocab)
         batch = TokenBatch(model.n_ctx if model.is_classifier else self.config.n_batch)
         try:
             while self._step(batch):
@@ -513,9 +510,7 @@ class Engine:
                 raise RuntimeError(f"llama_decode (scoring) failed with status {rc}")
             top_n = job.request.top_logprobs
             for off in outs:
-                row = np.ctypeslib.as_array(
-                    lc.llama_get_logits_ith(ctx, off), shape=(model.n_vocab,)
-                )
+                row = model.logit_row(ctx, off)
                 position = text.fed + off + 1
                 target = text.tokens[position]
                 if top_n is None:
@@ -575,7 +570,7 @@ class Engine:
         generation, stop string, limits, or go on."""
         model = self.model
         assert model is not None
-        token = choice.sampler.sample(model.ctx, idx, self._candidates)
+        token = choice.sampler.sample(model.ctx, idx, model.candidates)
         if token is None:  # the grammar allows nothing more
             self._emit_text(job, choice, self._drain_text(choice))
             self._finish(job, choice, "stop")
@@ -585,9 +580,7 @@ class Engine:
         end = model.is_eog(token)
         top_n = job.request.params.logprobs
         if top_n is not None and not end:
-            row = np.ctypeslib.as_array(
-                lc.llama_get_logits_ith(model.ctx, idx), shape=(model.n_vocab,)
-            )
+            row = model.logit_row(model.ctx, idx)
             self._emit(job, self._describe(row, choice.index, token, top_n))
         if end:
             self._emit_text(job, choice, self._drain_text(choice))
