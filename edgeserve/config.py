@@ -300,6 +300,13 @@ class Settings:
         "on SIGTERM, time running requests get to finish",
         "SECONDS",
     )
+    engine_stall_s: float = _setting(
+        120.0,
+        _seconds(allow_zero=False),
+        "exit (for the supervisor to restart) when the engine thread makes no step for this "
+        "long while it has work",
+        "SECONDS",
+    )
     ping_interval_s: float = _setting(
         15.0, _seconds(allow_zero=False), "keep-alive comment interval on idle streams", "SECONDS"
     )

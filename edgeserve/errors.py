@@ -6,7 +6,10 @@
     EngineError                            the engine's base class (never a client's fault)
       ├── EngineOverloaded                 the admission queue is full
       ├── EngineStopped                    the engine is draining or stopped
-      ├── PromptTooLong(n_prompt, n_ctx)   a prompt that cannot fit in the context
+      ├── EngineFault                      serving this one request failed (a bug: 500)
+      ├── EngineRestarted                  the context was made anew under this request (503)
+      ├── PromptTooLong(n_prompt, n_ctx)   a prompt that cannot fit in the context (n_prompt
+      │                                    may be a lower bound, at_least)
       ├── RequestTooLarge(what, got, limit) a request over a configured engine limit
       └── InvalidPrompt(message)           the chat template refused the conversation
 
@@ -40,14 +43,33 @@ class EngineStopped(EngineError):
     """The engine is shutting down and admits no new work."""
 
 
-class PromptTooLong(EngineError):
-    """A prompt (plus what it must generate) does not fit in the context window."""
+class EngineFault(EngineError):
+    """Serving one request failed inside the engine; the other requests go on."""
 
-    def __init__(self, n_prompt: int, n_ctx: int, index: int | None = None) -> None:
+
+class EngineRestarted(EngineError):
+    """The engine made its context anew (after a broken decode) while running this request."""
+
+
+class PromptTooLong(EngineError):
+    """A prompt (plus what it must generate) does not fit in the context window.
+
+    With `at_least`, `n_prompt` is a lower bound found without tokenizing the whole prompt.
+    """
+
+    def __init__(
+        self, n_prompt: int, n_ctx: int, index: int | None = None, *, at_least: bool = False
+    ) -> None:
         super().__init__(f"prompt of {n_prompt} tokens does not fit a context of {n_ctx}")
         self.n_prompt = n_prompt
         self.n_ctx = n_ctx
         self.index = index
+        self.at_least = at_least
+
+    @property
+    def count(self) -> str:
+        """The token count as a message shows it ("at least N" for a lower bound)."""
+        return f"at least {self.n_prompt}" if self.at_least else str(self.n_prompt)
 
 
 class RequestTooLarge(EngineError):

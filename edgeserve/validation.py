@@ -186,6 +186,10 @@ class Detail:
         "stopped; lower max_tokens, or retry when the server is less busy."
     )
     ENGINE_FAILED = "Internal Server Error"
+    ENGINE_RESTARTED = (
+        "The server's engine restarted after an internal error while running this request; "
+        "retry it."
+    )
 
 
 class _EmptyBody:
@@ -881,7 +885,7 @@ def completion_engine_error(
         where = _prompt_names(count, single)[index]
         return _bad(
             Detail.COMPLETION_PROMPT_TOO_LONG.format(
-                where=f'"{where}"', n_prompt=exc.n_prompt, n_ctx=exc.n_ctx
+                where=f'"{where}"', n_prompt=exc.count, n_ctx=exc.n_ctx
             )
         )
     return engine_error(exc)
@@ -918,11 +922,13 @@ def engine_error(exc: errors.EngineError) -> errors.ApiError:
             return errors.ApiError(503, Detail.SERVER_BUSY, {"Retry-After": "1"})
         case errors.EngineStopped():
             return errors.ApiError(503, Detail.SHUTTING_DOWN, {"Retry-After": "5"})
+        case errors.EngineRestarted():
+            return errors.ApiError(503, Detail.ENGINE_RESTARTED, {"Retry-After": "1"})
         case errors.PromptTooLong(index=None):
-            return _bad(Detail.PROMPT_TOO_LONG.format(n_prompt=exc.n_prompt, n_ctx=exc.n_ctx))
+            return _bad(Detail.PROMPT_TOO_LONG.format(n_prompt=exc.count, n_ctx=exc.n_ctx))
         case errors.PromptTooLong():
             detail = Detail.TEXT_TOO_LONG.format(
-                index=exc.index, n_prompt=exc.n_prompt, n_ctx=exc.n_ctx
+                index=exc.index, n_prompt=exc.count, n_ctx=exc.n_ctx
             )
             return _bad(detail)
         case errors.InvalidPrompt():

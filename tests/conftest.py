@@ -23,8 +23,8 @@ def model_path() -> Path:
 def engine(model_path: Path) -> Iterator[object]:
     """The real engine, loaded once; its thread belongs to no event loop."""
     from edgeserve.config import physical_cores
-    from edgeserve.engine.scheduler import Engine
     from edgeserve.engine.types import EngineConfig
+    from edgeserve.engine.worker import Engine
 
     eng = Engine(
         EngineConfig(

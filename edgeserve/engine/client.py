@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from types import TracebackType
 
-from edgeserve.engine.scheduler import Engine
-from edgeserve.engine.sequence import Job, Sink
+from edgeserve.engine.jobs import Job, Prompt, Sink
+from edgeserve.engine.scoring import TextState
 from edgeserve.engine.types import (
     EngineStats,
     Finished,
@@ -18,11 +18,12 @@ from edgeserve.engine.types import (
     TextDelta,
     TokenLogprob,
 )
+from edgeserve.engine.worker import Engine
 from edgeserve.errors import EngineError
 
 
 class Generation:
-    """One submitted request, bound to the event loop that created it.
+    """One request, bound to the event loop that runs it.
 
     Use as an async context manager: leaving it early (an exception, a cancelled handler, a
     client that went away) aborts the request so its sequences are freed within one step.
@@ -36,9 +37,6 @@ class Generation:
         self._open = 0
 
     async def __aenter__(self) -> Generation:
-        loop = asyncio.get_running_loop()
-        self._job = self._engine.submit(self._request, Sink(loop, self._queue.put_nowait))
-        self._open = self._request.n
         return self
 
     async def __aexit__(
@@ -58,10 +56,13 @@ class Generation:
         return event
 
     async def admitted(self) -> PromptInfo:
-        """Wait until the prompt was tokenized and accepted (raises the engine's rejection)."""
-        event = await self._next()
-        assert isinstance(event, PromptInfo)
-        return event
+        """Render and tokenize the prompt on a prepare thread, then queue it for the engine
+        (raises the engine's rejection: too long, a bad grammar, a full queue)."""
+        prompt: Prompt = await asyncio.wrap_future(self._engine.prepare_async(self._request))
+        sink = Sink(asyncio.get_running_loop(), self._queue.put_nowait)
+        self._job = self._engine.submit(self._request, prompt, sink)
+        self._open = self._request.n
+        return PromptInfo(prompt_tokens=len(prompt.tokens))
 
     async def events(self) -> AsyncIterator[TextDelta | TokenLogprob | Finished]:
         """Yield text deltas (and token log-probs, when asked) until every choice finished."""
@@ -89,8 +90,10 @@ class EngineClient:
 
     async def score(self, request: ScoreRequest) -> ScoreResult:
         """Score texts; cancelling the awaiting task aborts the work in the engine."""
+        texts: list[TextState] = await asyncio.wrap_future(self.engine.prepare_async(request))
         queue: asyncio.Queue[object] = asyncio.Queue()
-        job = self.engine.submit_score(request, Sink(asyncio.get_running_loop(), queue.put_nowait))
+        sink = Sink(asyncio.get_running_loop(), queue.put_nowait)
+        job = self.engine.submit_score(request, texts, sink)
         try:
             event = await queue.get()
         except asyncio.CancelledError:

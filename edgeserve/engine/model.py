@@ -11,7 +11,6 @@ import llama_cpp as lc
 import numpy as np
 
 from edgeserve.engine.sampling import Candidates
-from edgeserve.engine.scoring import LogSoftmax
 from edgeserve.engine.types import EngineConfig
 
 log = logging.getLogger("edgeserve.engine")
@@ -87,8 +86,7 @@ class LoadedModel:
         self._stack.callback(lc.llama_model_free, model)
         self.vocab = lc.llama_model_get_vocab(model)
         self.n_vocab = lc.llama_vocab_n_tokens(self.vocab)
-        # Scratch for the engine thread: row reductions and grammar candidates.
-        self.softmax = LogSoftmax(self.n_vocab)
+        # Scratch for the engine thread's grammar work.
         self.candidates = Candidates(self.n_vocab)
         self.metadata = _read_metadata(model)
         self.n_ctx_train = lc.llama_model_n_ctx_train(model)
@@ -97,32 +95,15 @@ class LoadedModel:
         self.is_classifier = pooling == str(lc.LLAMA_POOLING_TYPE_RANK)
         self.n_threads = config.n_threads or 1
         self.n_cls_out = lc.llama_model_n_cls_out(model) if self.is_classifier else 0
-        if self.is_classifier:
-            # Non-causal: a whole text must fit one ubatch, and the position table ends at
-            # n_ctx_train. The one context is the scoring context.
-            n_ctx = min(config.n_ctx, self.n_ctx_train)
-            cparams = self._context_params(
-                n_seq=1, n_batch=n_ctx, n_ubatch=n_ctx, n_outputs=n_ctx, n_ctx=n_ctx
-            )
-            cparams.embeddings = True
-            cparams.pooling_type = lc.LLAMA_POOLING_TYPE_RANK
-        else:
-            # A generation step needs at most one logit row per sequence.
-            cparams = self._context_params(
-                n_seq=config.parallel, n_batch=config.n_batch, n_outputs=config.parallel
-            )
-        ctx = lc.llama_init_from_model(model, cparams)
-        if not ctx:
+        self._score_ctx: tuple[Any, Any] | None = None
+        self.ctx: Any = None
+        self._stack.callback(self._free_contexts)
+        try:
+            self.ctx, self.memory = self._new_context()
+        except BaseException:
             self._stack.close()
-            raise ModelLoadError(
-                f"llama.cpp could not create a context of {config.n_ctx} tokens "
-                f"x {config.parallel} sequences (out of memory?)"
-            )
-        self.ctx = ctx
-        self._stack.callback(lc.llama_free, ctx)
-        self.memory = lc.llama_get_memory(ctx)
-        self.n_ctx = lc.llama_n_ctx(ctx)
-        self._score_ctx: tuple[Any, Any] | None = (ctx, self.memory) if self.is_classifier else None
+            raise
+        self.n_ctx = lc.llama_n_ctx(self.ctx)
         self.add_bos = bool(lc.llama_vocab_get_add_bos(self.vocab))
         self.bos = lc.llama_vocab_bos(self.vocab)
         self.gpu_offload = bool(lc.llama_supports_gpu_offload())
@@ -138,6 +119,42 @@ class LoadedModel:
             config.parallel,
             self.n_threads,
         )
+
+    def _new_context(self) -> tuple[Any, Any]:
+        """(context, memory) for generation (or, for a classifier, its one scoring context)."""
+        config = self.config
+        if self.is_classifier:
+            # Non-causal: a whole text must fit one ubatch, and the position table ends at
+            # n_ctx_train.
+            n_ctx = min(config.n_ctx, self.n_ctx_train)
+            cparams = self._context_params(
+                n_seq=1, n_batch=n_ctx, n_ubatch=n_ctx, n_outputs=n_ctx, n_ctx=n_ctx
+            )
+            cparams.embeddings = True
+            cparams.pooling_type = lc.LLAMA_POOLING_TYPE_RANK
+        else:
+            # A generation step needs at most one logit row per sequence.
+            cparams = self._context_params(
+                n_seq=config.parallel, n_batch=config.n_batch, n_outputs=config.parallel
+            )
+        ctx = lc.llama_init_from_model(self.model, cparams)
+        if not ctx:
+            raise ModelLoadError(
+                f"llama.cpp could not create a context of {config.n_ctx} tokens "
+                f"x {config.parallel} sequences (out of memory?)"
+            )
+        return ctx, lc.llama_get_memory(ctx)
+
+    def recreate_context(self) -> None:
+        """Free the generation context and make a new, empty one (after a failed decode)."""
+        self._free_contexts()
+        self.ctx, self.memory = self._new_context()
+
+    def _free_contexts(self) -> None:
+        self.release_score_context()
+        if self.ctx is not None:
+            lc.llama_free(self.ctx)
+            self.ctx = None
 
     def _context_params(
         self,
@@ -254,8 +271,17 @@ class LoadedModel:
 
     def close(self) -> None:
         """Free the contexts and the model."""
-        self.release_score_context()
         self._stack.close()
+
+    def max_piece_bytes(self) -> int:
+        """The longest token's bytes (special tokens as text): a prompt of B bytes has at
+        least B / this many tokens."""
+        buf = ctypes.create_string_buffer(1024)
+        longest = 1
+        for token in range(self.n_vocab):
+            n = lc.llama_token_to_piece(self.vocab, token, buf, 1024, 0, True)
+            longest = max(longest, abs(n))
+        return longest
 
 
 def _trim_heap() -> None:

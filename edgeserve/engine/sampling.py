@@ -152,32 +152,38 @@ class Candidates:
 class Sampler:
     """One sequence's sampling: its native chain and, kept apart, its grammar.
 
-    `seed_offset` gives sibling choices of one `n>1` request distinct but reproducible streams;
-    `gbnf` is the request's grammar, already checked once by `grammar_text`/`grammar_sampler`;
-    a grammar step over `step_limit_s` seconds sets `slow`. Call `free` when the sequence ends.
+    Reads its logits from `ctx`; `candidates` is the engine's one scratch list for grammar
+    work. `seed_offset` gives sibling choices of one `n>1` request distinct but reproducible
+    streams; `gbnf` is the request's grammar, already checked once by `grammar_text` and
+    `grammar_sampler`; a grammar step over `step_limit_s` seconds sets `slow`. Call `free`
+    when the sequence ends.
     """
 
     def __init__(
         self,
         params: SamplingParams,
         vocab: Any,
-        n_vocab: int,
+        ctx: Any,
+        candidates: Candidates,
+        *,
         seed_offset: int = 0,
         gbnf: str | None = None,
         step_limit_s: float = 2.0,
     ) -> None:
-        self.chain = _build_chain(params, n_vocab, seed_offset)
         self.grammar = grammar_sampler(vocab, gbnf) if gbnf is not None else None
+        self.chain = _build_chain(params, candidates.n_vocab, seed_offset)
+        self.ctx = ctx
+        self.candidates = candidates
         self.slow = False
         self.step_limit_s = step_limit_s
 
-    def sample(self, ctx: Any, idx: int, candidates: Candidates) -> int | None:
-        """The next token from batch row `idx`, accepted by the chain (and grammar); None when
-        the grammar allows no token at all."""
+    def sample(self, row: int) -> int | None:
+        """The next token from output row `row` of the context's last decode, accepted by the
+        chain (and grammar); None when the grammar allows no token at all."""
         if self.grammar is None:
-            return int(lc.llama_sampler_sample(self.chain, ctx, idx))
+            return int(lc.llama_sampler_sample(self.chain, self.ctx, row))
         started = time.perf_counter()
-        token = self._sample_with_grammar(self.grammar, ctx, idx, candidates)
+        token = self._sample_with_grammar(self.grammar, self.ctx, row, self.candidates)
         self.slow = time.perf_counter() - started > self.step_limit_s
         return token
 

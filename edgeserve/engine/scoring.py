@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgeserve.engine.sequence import Sink
-from edgeserve.engine.types import ScoreRequest, ScoreResult, TokenLogprob
+from edgeserve.engine.types import TokenLogprob
 
 
 class LogSoftmax:
@@ -65,50 +64,3 @@ class TextState:
         """Offsets within the chunk [start, start+count) whose rows are needed."""
         last_row = len(self.tokens) - 2
         return [i for i in range(count) if start + i <= last_row]
-
-
-@dataclass(eq=False)
-class ScoreJob:
-    """A score request from admission to its result."""
-
-    rid: int
-    request: ScoreRequest
-    sink: Sink
-    texts: list[TextState] = field(default_factory=list)
-    current: int = 0
-    cancelled: bool = False
-
-    def current_text(self) -> TextState | None:
-        """The text being decoded (texts with nothing to score are skipped); None when done."""
-        while self.current < len(self.texts):
-            text = self.texts[self.current]
-            if text.fed < len(text.tokens) and text.n_rows > 0:
-                return text
-            self.current += 1
-        return None
-
-    def result(self) -> ScoreResult:
-        """Reduce each text's log-probabilities as the request asked."""
-        scores = []
-        for text in self.texts:
-            total = math.fsum(text.logprobs)
-            if self.request.reduction == "sum" or not text.logprobs:
-                scores.append(total)
-            else:
-                scores.append(total / len(text.logprobs))
-        per_token = (
-            tuple(tuple(t.logprobs) for t in self.texts)
-            if self.request.return_token_logprobs
-            else None
-        )
-        details = (
-            tuple(tuple(t.details) for t in self.texts)
-            if self.request.top_logprobs is not None
-            else None
-        )
-        return ScoreResult(
-            scores=tuple(scores),
-            token_logprobs=per_token,
-            n_tokens=sum(len(t.tokens) for t in self.texts),
-            tokens=details,
-        )

@@ -30,6 +30,13 @@ class SlotPool:
     def __len__(self) -> int:
         return len(self._held)
 
+    def __contains__(self, seq: int) -> bool:
+        return seq in self._held
+
+    def held(self, seq: int) -> list[int]:
+        """The tokens whose KV free sequence `seq` holds."""
+        return self._held[seq]
+
     @property
     def cached_cells(self) -> int:
         """KV cells held by free sequences (evictable)."""

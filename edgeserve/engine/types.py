@@ -167,3 +167,6 @@ class EngineStats:
     draining: bool = False
     prefix_cache_hits: int = 0
     prefix_cached_tokens: int = 0
+    prefix_cache_cells: int = 0
+    engine_steps: int = 0
+    engine_restarts: int = 0

@@ -4,6 +4,10 @@ Under systemd (`Type=notify`, see systemd/edgeserve.service) the process also re
 over `$NOTIFY_SOCKET`: READY=1 once the socket is bound and the model has loaded, WATCHDOG=1
 from the event loop at half of `$WATCHDOG_USEC` (so a stuck loop gets the service restarted),
 STOPPING=1 when the drain begins, and STATUS= lines along the way.
+
+The engine thread is watched too: when it has work but has finished no step for
+`--engine-stall-s` (stuck inside llama.cpp), the watchdog pings stop and the process drains and
+exits 1, as it does when the engine thread dies, so that a supervisor restarts it.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from aiohttp import web
 from edgeserve import sdnotify
 from edgeserve.config import Settings
 from edgeserve.engine.client import EngineClient
-from edgeserve.engine.scheduler import Engine
+from edgeserve.engine.worker import Engine
 from edgeserve.http.app import create_app
 from edgeserve.log import ROOT
 
@@ -31,11 +35,19 @@ def serve(settings: Settings) -> int:
     return asyncio.run(_serve(settings))
 
 
-async def _watchdog(interval: float) -> None:
-    """Ping systemd's watchdog from the event loop: a blocked loop misses its pings."""
+async def _watchdog(interval: float, engine: Engine, stall_s: float) -> None:
+    """Ping systemd's watchdog from the event loop while the engine thread makes progress: a
+    blocked loop or a wedged engine misses its pings."""
     while True:
-        sdnotify.notify(sdnotify.WATCHDOG)
+        if engine.stalled_for() < stall_s:
+            sdnotify.notify(sdnotify.WATCHDOG)
         await asyncio.sleep(interval)
+
+
+async def _engine_wedged(engine: Engine, stall_s: float) -> None:
+    """Return once the engine thread has had work and made no step for `stall_s`."""
+    while (stalled := engine.stalled_for()) < stall_s:
+        await asyncio.sleep(max(0.05, min(1.0, stall_s - stalled)))
 
 
 async def _serve(settings: Settings, engine: Engine | None = None) -> int:
@@ -62,7 +74,8 @@ async def _serve(settings: Settings, engine: Engine | None = None) -> int:
         return 2
     log.info("listening on http://%s:%d (loading %s)", settings.host, settings.port, settings.model)
     interval = sdnotify.watchdog_interval()
-    watchdog = asyncio.create_task(_watchdog(interval)) if interval else None
+    stall_s = settings.engine_stall_s
+    watchdog = asyncio.create_task(_watchdog(interval, engine, stall_s)) if interval else None
     sdnotify.notify(sdnotify.status(f"loading {settings.model}"))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -83,9 +96,20 @@ async def _serve(settings: Settings, engine: Engine | None = None) -> int:
             sdnotify.status(f"serving {settings.model_name} on {settings.host}:{settings.port}"),
         )
         engine_ended = asyncio.ensure_future(asyncio.to_thread(engine.wait_stopped))
-        await asyncio.wait({stopping, engine_ended}, return_when=asyncio.FIRST_COMPLETED)
-        if engine_ended.done() and not stopping.done():
+        wedged = asyncio.ensure_future(_engine_wedged(engine, stall_s))
+        await asyncio.wait({stopping, engine_ended, wedged}, return_when=asyncio.FIRST_COMPLETED)
+        wedged.cancel()
+        if stopping.done():
+            pass
+        elif engine_ended.done():
             log.error("the engine thread stopped unexpectedly; exiting so a supervisor restarts us")
+            code = 1
+        else:
+            log.error(
+                "the engine thread made no step for %.0fs while it had work; exiting so a "
+                "supervisor restarts us",
+                stall_s,
+            )
             code = 1
     stopping.cancel()
     sdnotify.notify(

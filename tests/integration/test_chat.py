@@ -122,10 +122,10 @@ async def test_stop_string_split_across_tokens(client, engine):
     text = (await (await client.post("/v1/chat/completions", json=body)).json())["choices"][0][
         "message"
     ]["content"]
-    pieces = engine.model.tokenize(text, add_special=False, parse_special=False)
+    pieces = engine.backend.tokenize(text, add_special=False, parse_special=False)
     spans, pos = [], 0
     for token in pieces:
-        piece = engine.model.piece(token).decode("utf-8", "replace")
+        piece = engine.backend.piece(token).decode("utf-8", "replace")
         spans.append((pos, pos + len(piece)))
         pos += len(piece)
     boundary = next(end for start, end in spans[2:] if end - start >= 2 and end < len(text) - 2)

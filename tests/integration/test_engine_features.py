@@ -142,7 +142,8 @@ async def test_lazily_applied_grammar_still_binds_every_token(engine, temperatur
 
 async def test_an_answer_whose_grammar_steps_turn_slow_is_ended(engine, monkeypatch):
     # A limit of 0 s makes every grammar step "slow": the answer ends after its first token.
-    monkeypatch.setattr(engine, "config", replace(engine.config, grammar_step_limit_s=0.0))
+    backend = engine.backend
+    monkeypatch.setattr(backend, "config", replace(backend.config, grammar_step_limit_s=0.0))
     digits = GrammarSpec("gbnf", "root ::= [0-9]+")
     params = SamplingParams(max_tokens=8, temperature=0, grammar=digits, logit_bias=EOG_BAN)
     text, _, reason = await run(engine, params)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from llama_cpp import Llama
 
-from edgeserve.engine import scheduler
+from edgeserve.engine import worker
 from tests.integration.conftest import EOS_BAN
 
 TEXTS = [
@@ -142,7 +142,7 @@ async def test_request_limits_are_clear_400s(make_client):
 
 async def test_text_longer_than_the_context_names_index_and_counts(client, engine):
     texts = ["short", "word " * 3000]
-    n_tokens = len(engine.model.tokenize(texts[1], add_special=True, parse_special=False))
+    n_tokens = len(engine.backend.tokenize(texts[1], add_special=True, parse_special=False))
     resp = await client.post("/v1/score/evaluation", json={"model": "m", "messages": texts})
     assert resp.status == 400
     detail = (await resp.json())["detail"]
@@ -154,14 +154,14 @@ async def test_text_longer_than_the_context_names_index_and_counts(client, engin
 
 
 async def test_idle_scoring_context_is_freed_and_made_again(client, engine, monkeypatch):
-    monkeypatch.setattr(scheduler, "SCORE_CONTEXT_IDLE_S", 0.2)
+    monkeypatch.setattr(worker, "SCORE_CONTEXT_IDLE_S", 0.2)
     body = {"model": "m", "messages": ["Hello world", "Paris"]}
     first = await (await client.post("/v1/score/evaluation", json=body)).json()
     for _ in range(100):
-        if not engine.model.holds_score_context:
+        if not engine.backend.holds_score_context:
             break
         await asyncio.sleep(0.05)
-    assert not engine.model.holds_score_context, "freed after SCORE_CONTEXT_IDLE_S idle"
+    assert not engine.backend.holds_score_context, "freed after SCORE_CONTEXT_IDLE_S idle"
     again = await (await client.post("/v1/score/evaluation", json=body)).json()
     assert again["scores"] == first["scores"]
-    assert engine.model.holds_score_context
+    assert engine.backend.holds_score_context

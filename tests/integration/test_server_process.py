@@ -17,8 +17,8 @@ import pytest
 
 from edgeserve.config import Settings
 from edgeserve.engine.client import EngineClient
-from edgeserve.engine.scheduler import Engine
 from edgeserve.engine.types import EngineConfig
+from edgeserve.engine.worker import Engine
 from edgeserve.http.app import create_app
 from tests.integration.conftest import EOS_BAN
 from tests.integration.sse_client import parse_events

@@ -149,6 +149,9 @@ class GatedEngine:
     def stop_accepting(self) -> None:
         pass
 
+    def stalled_for(self) -> float:
+        return 0.0
+
     def close(self, timeout: float = 30.0) -> None:
         self.release.set()
         self.died.set()

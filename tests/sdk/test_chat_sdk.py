@@ -129,6 +129,10 @@ async def test_seed_makes_sampling_repeatable(aclient):
         )
         return completion.choices[0].message.content
 
+    # The first call may find the prompt cached by earlier tests or not; the next two find it
+    # cached the same way. (llama.cpp's CPU logits depend on where the KV cells sit, so a
+    # seed repeats its answer for the same cache state: see README, Engine.)
+    await sample()
     first, second = await sample(), await sample()
     assert first and first == second
 

@@ -81,6 +81,7 @@ def test_defaults(model):
         max_tokens_cap=None,
         request_timeout_s=600.0,
         drain_timeout_s=30.0,
+        engine_stall_s=120.0,
         ping_interval_s=15.0,
         cors_origins=("*",),
         root_path="",

@@ -19,7 +19,7 @@ FORBIDDEN = {
         "edgeserve.config",
         "edgeserve.cli",
     ),
-    "protocol": ("aiohttp", "llama_cpp", "edgeserve.http", "edgeserve.engine.scheduler"),
+    "protocol": ("aiohttp", "llama_cpp", "edgeserve.http", "edgeserve.engine.worker"),
     "validation.py": ("aiohttp", "llama_cpp", "edgeserve.http"),
     "responses.py": ("aiohttp", "llama_cpp", "edgeserve.http"),
     "errors.py": ("aiohttp", "llama_cpp", "pydantic", "edgeserve."),
@@ -31,9 +31,9 @@ FORBIDDEN = {
         "pydantic",
         "edgeserve.http",
         "edgeserve.protocol",
-        "edgeserve.engine.scheduler",
+        "edgeserve.engine.worker",
     ),
-    "metrics.py": ("aiohttp", "llama_cpp", "edgeserve.http", "edgeserve.engine.scheduler"),
+    "metrics.py": ("aiohttp", "llama_cpp", "edgeserve.http", "edgeserve.engine.worker"),
     "sdnotify.py": ("aiohttp", "llama_cpp", "edgeserve.http", "edgeserve.engine"),
 }
 

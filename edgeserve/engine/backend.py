@@ -1,0 +1,288 @@
+"""What the engine needs from a model, as a protocol, and its llama.cpp implementation.
+
+The scheduler (`policy.py`) and the engine thread (`worker.py`) talk to a `Backend` only, so
+the whole job lifecycle runs in unit tests against a scripted fake backend in milliseconds.
+`LlamaBackend` is the real one: every native handle (model, contexts, batch, samplers) is
+made and freed here and in `model.py` / `sampling.py`.
+
+Thread rules: `render`, `tokenize`, `check_grammar` and the read-only attributes may be used
+from any thread once the backend exists (llama.cpp's tokenizer and grammar parser only read
+the vocabulary); everything else belongs to the engine thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import llama_cpp as lc
+import numpy as np
+
+from edgeserve.engine.batch import TokenBatch
+from edgeserve.engine.chat_template import ChatTemplate, resolve_template
+from edgeserve.engine.jobs import SamplerHandle
+from edgeserve.engine.model import LoadedModel
+from edgeserve.engine.sampling import Sampler, grammar_sampler
+from edgeserve.engine.types import ChatPrompt, EngineConfig, SamplingParams
+
+
+class Batch(Protocol):
+    """The tokens of the next decode; each token belongs to one sequence."""
+
+    n: int
+
+    @property
+    def room(self) -> int:
+        """How many more tokens fit."""
+        ...
+
+    def clear(self) -> None:
+        """Forget every token."""
+        ...
+
+    def add(self, token: int, pos: int, seq: int, output: bool) -> int:
+        """Append one token; its batch index (the output row when `output`)."""
+        ...
+
+    def add_span(
+        self, tokens: Sequence[int], start_pos: int, seq: int, outputs: Sequence[int] = ()
+    ) -> int:
+        """Append consecutive tokens of one sequence; the batch index of the first."""
+        ...
+
+
+class KvCache(Protocol):
+    """The generation context's KV cache, by sequence id (llama.cpp's memory API)."""
+
+    def seq_rm(self, seq: int, p0: int, p1: int) -> bool:
+        """Drop positions [p0, p1) of `seq` (-1: open end); False when it cannot."""
+        ...
+
+    def seq_cp(self, src: int, dst: int) -> None:
+        """Make `dst` hold everything `src` holds."""
+        ...
+
+    def seq_pos_range(self, seq: int) -> tuple[int, int]:
+        """(first, last) stored position of `seq`; (-1, -1) when it holds nothing."""
+        ...
+
+
+class Backend(KvCache, Protocol):
+    """A loaded model with one generation context (see the module docstring)."""
+
+    n_ctx: int
+    n_vocab: int
+    n_seq: int
+    is_classifier: bool
+    add_bos: bool
+    bos: int
+    max_piece_bytes: int
+    gpu_offload: bool
+    n_gpu_layers: int
+    batch: Batch
+
+    def decode(self) -> int:
+        """Decode `batch` in the generation context: 0 done, 1 no room in the KV cache (nothing
+        stored), anything else a broken context."""
+        ...
+
+    def new_sampler(
+        self, params: SamplingParams, seed_offset: int, gbnf: str | None
+    ) -> SamplerHandle:
+        """A sampler for one sequence (raises InvalidPrompt for a grammar it cannot parse)."""
+        ...
+
+    def logit_row(self, row: int) -> np.ndarray:
+        """Output row `row` of the last decode, valid until the next one."""
+        ...
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token stands for."""
+        ...
+
+    def is_eog(self, token: int) -> bool:
+        """True for end-of-generation tokens."""
+        ...
+
+    def render(self, prompt: ChatPrompt) -> str:
+        """The conversation as prompt text (raises InvalidPrompt)."""
+        ...
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        """Token ids for `text`."""
+        ...
+
+    def check_grammar(self, gbnf: str) -> None:
+        """Raise InvalidPrompt unless `gbnf` parses."""
+        ...
+
+    def score_chunk(
+        self, tokens: Sequence[int], start: int, outputs: Sequence[int]
+    ) -> list[np.ndarray]:
+        """Decode a chunk of one text in the scoring context (start 0 clears it); the logit
+        rows of the chunk offsets in `outputs`, valid until the next score decode."""
+        ...
+
+    def classify(self, tokens: Sequence[int]) -> float:
+        """A classifier head's first output for a whole text."""
+        ...
+
+    @property
+    def holds_score_context(self) -> bool:
+        """True while a separate scoring context is allocated."""
+        ...
+
+    def release_score_context(self) -> None:
+        """Free the scoring context (made again on the next score chunk)."""
+        ...
+
+    def reset(self) -> None:
+        """Make a fresh generation context (after a broken decode); every sequence is empty."""
+        ...
+
+    def close(self) -> None:
+        """Free everything."""
+        ...
+
+
+class LlamaBackend:
+    """`Backend` over llama-cpp-python's low-level API: loads the GGUF and its chat template."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.model = LoadedModel(config)
+        try:
+            source = resolve_template(
+                config.chat_template, self.model.chat_template, self.model.architecture
+            )
+            eos = lc.llama_vocab_eos(self.model.vocab)
+            self._template = ChatTemplate(
+                source,
+                bos_token=self.model.token_text(self.model.bos),
+                eos_token=self.model.token_text(eos),
+            )
+        except BaseException:
+            self.model.close()
+            raise
+        model = self.model
+        self.n_ctx = model.n_ctx
+        self.n_vocab = model.n_vocab
+        self.n_seq = config.parallel
+        self.is_classifier = model.is_classifier
+        self.add_bos = model.add_bos
+        self.bos = model.bos
+        self.max_piece_bytes = model.max_piece_bytes()
+        self.gpu_offload = model.gpu_offload
+        self.n_gpu_layers = model.n_gpu_layers
+        self.batch = TokenBatch(model.n_ctx if model.is_classifier else config.n_batch)
+
+    # ---- generation -------------------------------------------------------------------------
+
+    def decode(self) -> int:
+        """Decode the batch in the generation context (see Backend.decode)."""
+        return self.batch.decode(self.model.ctx)
+
+    def new_sampler(self, params: SamplingParams, seed_offset: int, gbnf: str | None) -> Sampler:
+        """A native sampler chain (and grammar) reading this context's logits."""
+        return Sampler(
+            params,
+            self.model.vocab,
+            self.model.ctx,
+            self.model.candidates,
+            seed_offset=seed_offset,
+            gbnf=gbnf,
+            step_limit_s=self.config.grammar_step_limit_s,
+        )
+
+    def logit_row(self, row: int) -> np.ndarray:
+        """Output row `row` of the last generation decode (a view, no copy)."""
+        return self.model.logit_row(self.model.ctx, row)
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token stands for (cached)."""
+        return self.model.piece(token)
+
+    def is_eog(self, token: int) -> bool:
+        """True for end-of-generation tokens."""
+        return self.model.is_eog(token)
+
+    # ---- KV cache ---------------------------------------------------------------------------
+
+    def seq_rm(self, seq: int, p0: int, p1: int) -> bool:
+        """Drop positions [p0, p1) of `seq`."""
+        return bool(lc.llama_memory_seq_rm(self.model.memory, seq, p0, p1))
+
+    def seq_cp(self, src: int, dst: int) -> None:
+        """Share every cell of `src` with `dst` (no copy in a unified cache)."""
+        lc.llama_memory_seq_cp(self.model.memory, src, dst, -1, -1)
+
+    def seq_pos_range(self, seq: int) -> tuple[int, int]:
+        """(first, last) stored position of `seq`; (-1, -1) when empty."""
+        memory = self.model.memory
+        return (
+            int(lc.llama_memory_seq_pos_min(memory, seq)),
+            int(lc.llama_memory_seq_pos_max(memory, seq)),
+        )
+
+    # ---- prompts (any thread) ---------------------------------------------------------------
+
+    def render(self, prompt: ChatPrompt) -> str:
+        """Render with the chat template (sandboxed Jinja; pure Python)."""
+        return self._template.render(prompt)
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        """llama.cpp's tokenizer (releases the GIL while it runs)."""
+        return self.model.tokenize(text, add_special=add_special, parse_special=parse_special)
+
+    def check_grammar(self, gbnf: str) -> None:
+        """Parse `gbnf` once with llama.cpp (InvalidPrompt when it refuses it)."""
+        lc.llama_sampler_free(grammar_sampler(self.model.vocab, gbnf))
+
+    # ---- scoring ----------------------------------------------------------------------------
+
+    def score_chunk(
+        self, tokens: Sequence[int], start: int, outputs: Sequence[int]
+    ) -> list[np.ndarray]:
+        """One chunk of a text, alone in the separate scoring context (see policy.py)."""
+        ctx, memory = self.model.score_context()
+        if start == 0:
+            lc.llama_memory_clear(memory, True)
+        self.batch.clear()
+        self.batch.add_span(tokens, start, 0, outputs)
+        rc = self.batch.decode(ctx)
+        if rc != 0:
+            self.model.release_score_context()
+            raise RuntimeError(f"llama_decode (scoring) failed with status {rc}")
+        return [self.model.logit_row(ctx, off) for off in outputs]
+
+    def classify(self, tokens: Sequence[int]) -> float:
+        """A whole text in one decode; the rank head's first output."""
+        model = self.model
+        if model.memory:
+            lc.llama_memory_clear(model.memory, True)
+        self.batch.clear()
+        self.batch.add_span(tokens, 0, 0, range(len(tokens)))
+        rc = self.batch.decode(model.ctx)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode (classifier) failed with status {rc}")
+        return float(lc.llama_get_embeddings_seq(model.ctx, 0)[0])
+
+    @property
+    def holds_score_context(self) -> bool:
+        """True while the separate scoring context is allocated."""
+        return self.model.holds_score_context
+
+    def release_score_context(self) -> None:
+        """Free the scoring context."""
+        self.model.release_score_context()
+
+    # ---- life -------------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """A fresh generation context in place of a broken one."""
+        self.model.recreate_context()
+
+    def close(self) -> None:
+        """Free the batch, the contexts and the model."""
+        self.batch.free()
+        self.model.close()

@@ -1,0 +1,190 @@
+"""Work inside the engine: a generation or score request from submission to its end.
+
+A job moves through one state machine, and the scheduler keeps it in exactly one live
+collection per state (waiting, active or scoring) and in none once it has ended::
+
+    QUEUED ──admitted──▶ PREFILLING ──last prompt chunk──▶ GENERATING ──every choice ended──▶ DONE
+       │                     │                                 │
+       └─────────────────────┴──── cancelled or failed ────────┴──────────────────▶ CANCELLED
+
+A score job goes QUEUED → GENERATING (being decoded) → DONE, or CANCELLED from either.
+Everything here belongs to the engine thread except `Sink`, which is how events leave it.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from edgeserve.engine.detok import StopMatcher, Utf8Assembler
+from edgeserve.engine.scoring import TextState
+from edgeserve.engine.types import GenerationRequest, ScoreRequest, ScoreResult
+
+
+class JobState(enum.Enum):
+    """Where a job is in its life (see the module docstring)."""
+
+    QUEUED = "queued"
+    PREFILLING = "prefilling"
+    GENERATING = "generating"
+    DONE = "done"
+    CANCELLED = "cancelled"
+
+    @property
+    def ended(self) -> bool:
+        """True for DONE and CANCELLED: the job holds nothing and is in no collection."""
+        return self in (JobState.DONE, JobState.CANCELLED)
+
+
+class EventLoop(Protocol):
+    """The one method of an asyncio loop the engine thread may call."""
+
+    def call_soon_threadsafe(self, callback: Callable[..., object], *args: Any) -> object: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Sink:
+    """Where a request's events go: `put` called on `loop` (an asyncio queue's put_nowait)."""
+
+    loop: EventLoop
+    put: Callable[[object], None]
+
+
+class SamplerHandle(Protocol):
+    """One sequence's sampler, as a backend makes it (see `Backend.new_sampler`)."""
+
+    slow: bool
+    step_limit_s: float
+
+    def sample(self, row: int) -> int | None:
+        """The next token from output row `row` of the last decode; None: nothing allowed."""
+        ...
+
+    def free(self) -> None:
+        """Release native resources; called exactly once, when the choice ends."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """A generation request made ready for the engine off its thread (rendered, tokenized,
+    its grammar checked) and sized against the context."""
+
+    tokens: list[int]
+    max_new: int
+    reserve: int
+    gbnf: str | None = None
+
+
+@dataclass(eq=False)
+class Choice:
+    """One answer of a job: its sequence, sampler and text state."""
+
+    index: int
+    seq_id: int
+    sampler: SamplerHandle
+    stops: tuple[str, ...]
+    n_past: int = 0
+    n_gen: int = 0
+    last_token: int = -1
+    done: bool = False
+    generated: list[int] = field(default_factory=list)
+    assembler: Utf8Assembler = field(default_factory=Utf8Assembler)
+    stopper: StopMatcher = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.stopper = StopMatcher(self.stops)
+
+    def held_tokens(self, prompt: list[int]) -> list[int]:
+        """The tokens whose KV this choice's sequence holds (positions 0 … n_past-1)."""
+        return (prompt + self.generated)[: self.n_past]
+
+    def push_text(self, piece: bytes) -> tuple[str, bool]:
+        """Feed a token's bytes; (text safe to release now, a stop string was found)."""
+        return self.stopper.push(self.assembler.feed(piece))
+
+    def drain_text(self) -> str:
+        """Text still held back (an unfinished character, a partial stop string) at the end."""
+        return self.stopper.push(self.assembler.flush())[0] + self.stopper.flush()
+
+
+@dataclass(eq=False)
+class Job:
+    """A generation request: its prompt, its choices (one sequence each) and its state."""
+
+    rid: int
+    request: GenerationRequest
+    prompt: Prompt
+    sink: Sink
+    state: JobState = JobState.QUEUED
+    prefilled: int = 0
+    cached: int = 0
+    choices: list[Choice] = field(default_factory=list)
+
+    @property
+    def tokens(self) -> list[int]:
+        """The prompt's tokens."""
+        return self.prompt.tokens
+
+    @property
+    def lead(self) -> Choice:
+        """Choice 0: its sequence holds the prompt, copied to the others once prefilled."""
+        return self.choices[0]
+
+    @property
+    def finished(self) -> bool:
+        """True once every choice has ended."""
+        return bool(self.choices) and all(c.done for c in self.choices)
+
+
+@dataclass(eq=False)
+class ScoreJob:
+    """A score request: its texts (tokenized before submission) and its state."""
+
+    rid: int
+    request: ScoreRequest
+    texts: list[TextState]
+    sink: Sink
+    state: JobState = JobState.QUEUED
+    current: int = 0
+
+    def current_text(self) -> TextState | None:
+        """The text being decoded (texts with nothing to score are skipped); None when done."""
+        while self.current < len(self.texts):
+            text = self.texts[self.current]
+            if text.fed < len(text.tokens) and text.n_rows > 0:
+                return text
+            self.current += 1
+        return None
+
+    def result(self) -> ScoreResult:
+        """Reduce each text's log-probabilities as the request asked."""
+        scores = []
+        for text in self.texts:
+            total = math.fsum(text.logprobs)
+            if self.request.reduction == "sum" or not text.logprobs:
+                scores.append(total)
+            else:
+                scores.append(total / len(text.logprobs))
+        per_token = (
+            tuple(tuple(t.logprobs) for t in self.texts)
+            if self.request.return_token_logprobs
+            else None
+        )
+        details = (
+            tuple(tuple(t.details) for t in self.texts)
+            if self.request.top_logprobs is not None
+            else None
+        )
+        return ScoreResult(
+            scores=tuple(scores),
+            token_logprobs=per_token,
+            n_tokens=sum(len(t.tokens) for t in self.texts),
+            tokens=details,
+        )
+
+
+AnyJob = Job | ScoreJob

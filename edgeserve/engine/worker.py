@@ -1,0 +1,658 @@
+"""The engine thread: takes requests in, runs the scheduler's steps, delivers results.
+
+One thread owns the backend (the llama.cpp model and context). Around it:
+
+- Preparation happens before a request reaches the thread: rendering the chat template,
+  tokenizing and checking a grammar run on a small pool of prepare threads (`prepare_async`),
+  so a 100,000-message conversation or an 8 MiB score body never holds the engine thread.
+  A prompt that cannot fit is refused by a byte-count bound before it is tokenized.
+- `submit` and `cancel` (any thread) only append to the inbox under one lock; the thread takes
+  both at the start of each step. With no live work it waits on that lock's condition: it
+  never spins. An idle engine that gets a request waits `BURST_WINDOW_S` so a burst shares its
+  first step. Idle housekeeping (freeing the scoring context) runs outside the lock.
+- Isolation: any exception while serving one job (sampling, a grammar, a score chunk, making
+  its samplers) ends that job alone with EngineFault (500, logged with its traceback); the
+  others go on. A decode that breaks the context (any status but 0 or 1) or a scheduler
+  invariant that stops holding makes the context anew: the running jobs get EngineRestarted
+  (503, retry), the waiting ones stay queued, and the process keeps serving.
+- Results reach each request's event loop with one `call_soon_threadsafe` per loop per step.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from edgeserve.engine.backend import Backend, LlamaBackend
+from edgeserve.engine.jobs import AnyJob, Choice, Job, Prompt, ScoreJob, Sink
+from edgeserve.engine.policy import GenerationPlan, InvariantError, Scheduler, ScorePlan
+from edgeserve.engine.sampling import grammar_text
+from edgeserve.engine.scoring import LogSoftmax, TextState
+from edgeserve.engine.types import (
+    ChatPrompt,
+    EngineConfig,
+    EngineStats,
+    Finished,
+    FinishReason,
+    GenerationRequest,
+    ScoreRequest,
+    TextDelta,
+    TokenLogprob,
+)
+from edgeserve.errors import (
+    EngineError,
+    EngineFault,
+    EngineOverloaded,
+    EngineRestarted,
+    EngineStopped,
+    PromptTooLong,
+    RequestTooLarge,
+)
+
+log = logging.getLogger("edgeserve.engine")
+
+# The scoring context is freed after this long without a score request.
+SCORE_CONTEXT_IDLE_S = 30.0
+# The requests of a burst reach an idle engine a few ms apart; it waits this long after the
+# first so that their prompts share the first step instead of queueing behind one prefill.
+BURST_WINDOW_S = 0.01
+# Threads that render and tokenize prompts before they reach the engine thread.
+PREPARE_THREADS = 2
+
+BackendFactory = Callable[[EngineConfig], Backend]
+
+
+@dataclass(frozen=True)
+class _Counters:
+    """What the engine thread publishes after each step for `stats()` (read lock-free)."""
+
+    busy_slots: int = 0
+    kv_cells_used: int = 0
+    prefix_cache_cells: int = 0
+    prefix_cache_hits: int = 0
+    prefix_cached_tokens: int = 0
+
+
+class Engine:
+    """Owns the engine thread. `prepare_async`, `submit`, `cancel` and `stats` are safe to call
+    from any thread; the backend is made (the model loaded) on the thread itself."""
+
+    def __init__(
+        self, config: EngineConfig, backend_factory: BackendFactory = LlamaBackend
+    ) -> None:
+        self.config = config
+        self.backend: Backend | None = None
+        self.scheduler: Scheduler | None = None
+        self.load_error: BaseException | None = None
+        self._factory = backend_factory
+        self._cond = threading.Condition()
+        self._inbox: deque[AnyJob] = deque()
+        self._cancels: deque[AnyJob] = deque()
+        self._queued = 0  # jobs in the scheduler's waiting queue (kept under _cond)
+        self._preparing = 0  # requests on the prepare threads (kept under _cond)
+        self._accepting = True
+        self._running = True
+        self._loaded = threading.Event()
+        self._next_id = 0
+        self._outbox: dict[Any, list[tuple[Callable[[Any], None], Any]]] = {}
+        self._softmax: LogSoftmax | None = None
+        self._score_idle_since = 0.0
+        self._counters = _Counters()
+        self.steps = 0  # decodes run (generation and scoring)
+        self.restarts = 0  # contexts made anew after a broken decode or a failed invariant
+        self._last_progress = time.monotonic()
+        self._prepare = ThreadPoolExecutor(PREPARE_THREADS, thread_name_prefix="edgeserve-prep")
+        self._thread = threading.Thread(target=self._run, name="edgeserve-engine", daemon=True)
+
+    # ---- control (any thread) ---------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the engine thread; the model loads there (see `wait_loaded`)."""
+        self._thread.start()
+
+    def wait_loaded(self, timeout: float | None = None) -> bool:
+        """Block until the model loaded or failed; True when it is ready."""
+        self._loaded.wait(timeout)
+        return self.loaded
+
+    @property
+    def loaded(self) -> bool:
+        """True once the model is ready to serve."""
+        return self._loaded.is_set() and self.backend is not None
+
+    @property
+    def can_generate(self) -> bool:
+        """False for rank-pooling (classifier / reranker) models; True until one is loaded."""
+        return self.backend is None or not self.backend.is_classifier
+
+    @property
+    def native_thread_id(self) -> int | None:
+        """The engine thread's id as the OS knows it (for /proc/self/task/<id>/stat)."""
+        return self._thread.native_id
+
+    def wait_stopped(self) -> None:
+        """Block until the engine thread has ended (after close, a failed load, or a crash)."""
+        self._thread.join()
+
+    def stop_accepting(self) -> None:
+        """Refuse new requests; admitted ones run to completion."""
+        with self._cond:
+            self._accepting = False
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop the thread (failing whatever is left) and free the model."""
+        with self._cond:
+            self._accepting = False
+            self._running = False
+            self._cond.notify()
+        self._prepare.shutdown(wait=False, cancel_futures=True)
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def stalled_for(self) -> float:
+        """Seconds since the thread last finished a step while it has work (0 when idle or
+        progressing): a wedged engine thread shows here, not as a blocked event loop."""
+        with self._cond:
+            busy = bool(self._inbox or self._cancels or self._queued) or (
+                self._counters.busy_slots > 0
+            )
+            last = self._last_progress
+        return max(0.0, time.monotonic() - last) if busy and self._thread.is_alive() else 0.0
+
+    def stats(self) -> EngineStats:
+        """A snapshot for /health and /metrics."""
+        backend = self.backend
+        counters = self._counters
+        with self._cond:
+            queued = self._preparing + len(self._inbox) + self._queued
+        return EngineStats(
+            loaded=self.loaded,
+            n_ctx=backend.n_ctx if backend else self.config.n_ctx,
+            parallel=self.config.parallel,
+            busy_slots=counters.busy_slots,
+            queue_length=queued,
+            gpu_offload=backend.gpu_offload if backend else False,
+            n_gpu_layers=backend.n_gpu_layers if backend else 0,
+            kv_cells_used=counters.kv_cells_used,
+            draining=not self._accepting,
+            prefix_cache_hits=counters.prefix_cache_hits,
+            prefix_cached_tokens=counters.prefix_cached_tokens,
+            prefix_cache_cells=counters.prefix_cache_cells,
+            engine_steps=self.steps,
+            engine_restarts=self.restarts,
+        )
+
+    # ---- preparation (prepare threads) ------------------------------------------------------
+
+    def prepare_async(self, request: GenerationRequest | ScoreRequest) -> Future[Any]:
+        """Render and tokenize on a prepare thread: a Future of the `Prompt` (generation) or
+        the texts' states (score), or of the EngineError that refuses the request. The
+        request holds a queue place meanwhile (EngineOverloaded when there is none)."""
+        with self._cond:
+            self._check_room()
+            self._preparing += 1
+        prepare = self.prepare if isinstance(request, GenerationRequest) else self.prepare_score
+        try:
+            return self._prepare.submit(self._preparing_one, prepare, request)
+        except RuntimeError:  # the pool was shut down by close()
+            with self._cond:
+                self._preparing -= 1
+            raise EngineStopped("the engine is not accepting requests") from None
+
+    def _preparing_one(self, prepare: Callable[[Any], Any], request: Any) -> Any:
+        try:
+            return prepare(request)
+        finally:
+            with self._cond:
+                self._preparing -= 1
+
+    def _ready_backend(self) -> Backend:
+        backend = self.backend
+        if backend is None:
+            raise EngineStopped("the model is not loaded")
+        return backend
+
+    def _at_least_tokens(self, text: str) -> int:
+        """A lower bound on the tokens of `text`, from its UTF-8 size alone."""
+        return len(text.encode("utf-8", "surrogatepass")) // self._ready_backend().max_piece_bytes
+
+    def prepare(self, request: GenerationRequest) -> Prompt:
+        """Render, bound, tokenize and size a generation; check its grammar."""
+        backend = self._ready_backend()
+        n_ctx = backend.n_ctx
+        chat = isinstance(request.prompt, ChatPrompt)
+        text = (
+            backend.render(request.prompt)
+            if isinstance(request.prompt, ChatPrompt)
+            else (request.prompt)
+        )
+        bound = self._at_least_tokens(text)
+        if bound >= n_ctx:
+            raise PromptTooLong(bound, n_ctx, at_least=True)
+        tokens = backend.tokenize(text, add_special=not chat, parse_special=chat)
+        if chat and backend.add_bos and (not tokens or tokens[0] != backend.bos):
+            tokens.insert(0, backend.bos)
+        n_prompt = len(tokens)
+        if n_prompt >= n_ctx:
+            raise PromptTooLong(n_prompt, n_ctx)
+        gbnf = None
+        if request.params.grammar is not None:
+            gbnf = grammar_text(request.params.grammar)
+            backend.check_grammar(gbnf)
+        room = n_ctx - n_prompt
+        wanted = request.params.max_tokens
+        max_new = min(wanted, room) if wanted is not None else room
+        share = max(1, n_ctx // self.config.parallel)
+        reserve = min(n_ctx, n_prompt + request.n * min(max_new, share))
+        return Prompt(tokens, max_new, reserve, gbnf)
+
+    def prepare_score(self, request: ScoreRequest) -> list[TextState]:
+        """Tokenize each text (truncated to max_length), checking the limits as it goes."""
+        backend = self._ready_backend()
+        n_ctx = backend.n_ctx
+        texts: list[TextState] = []
+        total = 0
+        for index, text in enumerate(request.texts):
+            if request.max_length is None and (bound := self._at_least_tokens(text)) > n_ctx:
+                raise PromptTooLong(bound, n_ctx, index=index, at_least=True)
+            tokens = backend.tokenize(text, add_special=True, parse_special=False)
+            if request.max_length is not None:
+                tokens = tokens[: request.max_length]
+            if len(tokens) > n_ctx:
+                raise PromptTooLong(len(tokens), n_ctx, index=index)
+            total += len(tokens)
+            if total > self.config.max_score_tokens:
+                raise RequestTooLarge("tokens", total, self.config.max_score_tokens)
+            texts.append(TextState(tokens, classify=backend.is_classifier))
+        return texts
+
+    # ---- submission (any thread) ------------------------------------------------------------
+
+    def submit(self, request: GenerationRequest, prompt: Prompt, sink: Sink) -> Job:
+        """Queue a prepared generation; events go to `sink`."""
+        if request.n > self.config.parallel:
+            raise RequestTooLarge("n", request.n, self.config.parallel)
+        job = Job(rid=0, request=request, prompt=prompt, sink=sink)
+        self._enqueue(job)
+        return job
+
+    def submit_score(self, request: ScoreRequest, texts: list[TextState], sink: Sink) -> ScoreJob:
+        """Queue a prepared score request; its ScoreResult (or an EngineError) goes to `sink`."""
+        job = ScoreJob(rid=0, request=request, texts=texts, sink=sink)
+        self._enqueue(job)
+        return job
+
+    def _check_room(self) -> None:
+        """Under _cond: raise unless a new request may queue."""
+        if not self._accepting or not self._running:
+            raise EngineStopped("the engine is not accepting requests")
+        waiting = self._preparing + len(self._inbox) + self._queued
+        if waiting >= self.config.max_queue:
+            raise EngineOverloaded(f"{waiting} requests are waiting")
+
+    def _enqueue(self, job: AnyJob) -> None:
+        with self._cond:
+            self._check_room()
+            self._next_id += 1
+            job.rid = self._next_id
+            self._inbox.append(job)
+            self._cond.notify()
+
+    def cancel(self, job: AnyJob) -> None:
+        """Abort a request: it ends, and its sequences are freed, at the start of the next
+        step. No event is sent for it."""
+        with self._cond:
+            self._cancels.append(job)
+            self._cond.notify()
+
+    # ---- the thread -------------------------------------------------------------------------
+
+    def load(self) -> bool:
+        """Make the backend (load the model) on the calling thread; False when it failed
+        (see `load_error`). The engine thread calls it first; tests of the engine's logic
+        call `load` and `step` themselves, with no thread."""
+        try:
+            backend = self._factory(self.config)
+        except Exception as exc:  # reported by the CLI as one line
+            self.load_error = exc
+            self._loaded.set()
+            return False
+        self.scheduler = Scheduler(
+            backend,
+            n_ctx=backend.n_ctx,
+            n_seq=backend.n_seq,
+            prefill_chunk=self.config.prefill_chunk,
+        )
+        self._softmax = LogSoftmax(backend.n_vocab)
+        self.backend = backend
+        self._publish()
+        self._loaded.set()
+        return True
+
+    def _run(self) -> None:
+        if not self.load():
+            return
+        backend = self.backend
+        assert backend is not None
+        try:
+            while self._wait_for_work():
+                self.step()
+        except Exception:
+            log.exception("engine thread crashed")
+            self._fail_all(EngineFault("the engine stopped after an internal error"))
+        finally:
+            self._fail_all(EngineStopped("the server is shutting down"))
+            backend.close()
+
+    def _wait_for_work(self) -> bool:
+        """Block until there is something to do; False when the thread should exit."""
+        scheduler = self.scheduler
+        assert scheduler is not None
+        was_idle = not scheduler.has_work()
+        while True:
+            with self._cond:
+                self._last_progress = time.monotonic()
+                if not self._running:
+                    return False
+                if self._inbox or self._cancels or scheduler.has_work():
+                    break
+                self._cond.wait(self._housekeeping_due())
+            self._housekeeping()
+        if was_idle:
+            deadline = time.monotonic() + BURST_WINDOW_S
+            with self._cond:
+                while self._running and (left := deadline - time.monotonic()) > 0:
+                    self._cond.wait(left)
+        return True
+
+    def _housekeeping_due(self) -> float | None:
+        """Seconds until idle housekeeping is due (None: nothing to do)."""
+        backend = self.backend
+        if backend is None or not backend.holds_score_context:
+            return None
+        return max(0.0, self._score_idle_since + SCORE_CONTEXT_IDLE_S - time.monotonic())
+
+    def _housekeeping(self) -> None:
+        """While idle and outside the lock: free the scoring context once unused long enough."""
+        backend = self.backend
+        if backend is not None and self._housekeeping_due() == 0.0:
+            backend.release_score_context()
+
+    def step(self) -> None:
+        """One scheduling step: take in new requests and cancels, admit, decode once, deliver.
+        Never blocks (the thread waits in `_wait_for_work`); tests call it directly."""
+        scheduler = self.scheduler
+        backend = self.backend
+        assert scheduler is not None and backend is not None
+        with self._cond:
+            inbox, self._inbox = self._inbox, deque()
+            cancels, self._cancels = self._cancels, deque()
+            self._queued += len(inbox)
+        for job in inbox:
+            scheduler.enqueue(job)
+        for job in cancels:
+            scheduler.cancel(job)
+        for job, exc in scheduler.admit(self._open_choices):
+            self._fail(job, exc)
+        plan = scheduler.plan(backend.batch)
+        if isinstance(plan, ScorePlan):
+            self._score(plan)
+        elif plan is not None:
+            self._generate(plan)
+        try:
+            scheduler.check_invariants()
+        except InvariantError as exc:
+            self._restart(f"a scheduler invariant failed ({exc})")
+        with self._cond:
+            self._queued = len(scheduler.waiting)
+        self._publish()
+        self._flush()
+
+    def _open_choices(self, job: Job, seqs: list[int]) -> list[Choice]:
+        """The choices of a job being admitted: one sampler per sequence."""
+        backend = self.backend
+        assert backend is not None
+        params = job.request.params
+        choices: list[Choice] = []
+        try:
+            for index, seq in enumerate(seqs):
+                sampler = backend.new_sampler(params, index, job.prompt.gbnf)
+                choices.append(Choice(index=index, seq_id=seq, sampler=sampler, stops=params.stop))
+        except BaseException:
+            for choice in choices:
+                choice.sampler.free()
+            raise
+        return choices
+
+    # ---- generation -------------------------------------------------------------------------
+
+    def _generate(self, plan: GenerationPlan) -> None:
+        scheduler = self.scheduler
+        backend = self.backend
+        assert scheduler is not None and backend is not None
+        try:
+            rc = backend.decode()
+        except Exception as exc:
+            log.exception("llama_decode raised")
+            rc = f"an exception ({exc})"
+        self.steps += 1
+        if rc == 1:
+            self._relieve_kv()
+            return
+        if rc != 0:
+            self._restart(f"llama_decode returned {rc}")
+            return
+        for row, job, choice in scheduler.commit(plan):
+            if job.state.ended or choice.done:
+                continue
+            try:
+                self._on_token(job, choice, row)
+            except Exception as exc:
+                self._fail(job, exc)
+
+    def _relieve_kv(self) -> None:
+        scheduler = self.scheduler
+        assert scheduler is not None
+        outcome = scheduler.relieve_kv()
+        if isinstance(outcome, tuple):
+            job, choice = outcome
+            log.warning("KV cache full: ending request %d choice %d early", job.rid, choice.index)
+            self._finish(job, choice, "length")
+        elif outcome is not None:
+            log.warning("KV cache full: request %d goes back to the queue", outcome.rid)
+
+    def _on_token(self, job: Job, choice: Choice, row: int) -> None:
+        """Sample output row `row` for `choice`, then account for the token: end of
+        generation, stop string, limits, or go on."""
+        backend = self.backend
+        assert backend is not None
+        token = choice.sampler.sample(row)
+        if token is None:  # the grammar allows nothing more
+            self._finish(job, choice, "stop")
+            return
+        choice.n_gen += 1
+        choice.generated.append(token)
+        end = backend.is_eog(token)
+        top_n = job.request.params.logprobs
+        if top_n is not None and not end:
+            self._emit(job, self._describe(backend.logit_row(row), choice.index, token, top_n))
+        if end:
+            self._finish(job, choice, "stop")
+            return
+        text, hit = choice.push_text(backend.piece(token))
+        self._emit_text(job, choice, text)
+        if hit:
+            self._finish(job, choice, "stop", drain=False)
+        elif choice.sampler.slow:
+            log.warning(
+                "request %d choice %d: a grammar step took over %g s; answer ended early",
+                job.rid,
+                choice.index,
+                choice.sampler.step_limit_s,
+            )
+            self._finish(job, choice, "length")
+        elif choice.n_gen >= job.prompt.max_new or choice.n_past >= backend.n_ctx:
+            self._finish(job, choice, "length")
+        else:
+            choice.last_token = token
+
+    def _describe(self, row: np.ndarray, index: int, token: int, top_n: int) -> TokenLogprob:
+        """`token`'s log-probability from a raw logit row, read in place (no copy of the row),
+        and the `top_n` most likely tokens."""
+        backend = self.backend
+        softmax = self._softmax
+        assert backend is not None and softmax is not None
+        lse = softmax.logsumexp(row)
+        top: tuple[tuple[bytes, float], ...] = ()
+        if top_n > 0:
+            best = np.argpartition(row, -top_n)[-top_n:]
+            best = best[np.argsort(row[best])[::-1]]
+            top = tuple((backend.piece(int(t)), float(row[t]) - lse) for t in best)
+        return TokenLogprob(index, backend.piece(token), float(row[token]) - lse, top)
+
+    def _emit_text(self, job: Job, choice: Choice, text: str) -> None:
+        if text:
+            self._emit(job, TextDelta(choice.index, text))
+
+    def _finish(
+        self, job: Job, choice: Choice, reason: FinishReason, *, drain: bool = True
+    ) -> None:
+        """End a choice: release held-back text, report it, free its sequence."""
+        scheduler = self.scheduler
+        assert scheduler is not None
+        if drain:
+            self._emit_text(job, choice, choice.drain_text())
+        self._emit(job, Finished(choice.index, reason, choice.n_gen, job.cached))
+        scheduler.finish(job, choice)
+
+    # ---- scoring ----------------------------------------------------------------------------
+
+    def _score(self, plan: ScorePlan) -> None:
+        scheduler = self.scheduler
+        assert scheduler is not None
+        job = plan.job
+        try:
+            self._score_chunk(plan)
+        except Exception as exc:
+            self._fail(job, exc)
+            return
+        if job.current_text() is None:
+            scheduler.finish_score(job)
+            self._score_idle_since = time.monotonic()
+            self._emit(job, job.result())
+
+    def _score_chunk(self, plan: ScorePlan) -> None:
+        backend = self.backend
+        softmax = self._softmax
+        assert backend is not None and softmax is not None
+        text = plan.text
+        if not text.tokens:
+            return
+        self.steps += 1
+        if text.classify:
+            text.logprobs.append(backend.classify(text.tokens))
+            text.fed = len(text.tokens)
+            return
+        rows = backend.score_chunk(
+            text.tokens[plan.start : plan.start + plan.take], plan.start, plan.outputs
+        )
+        top_n = plan.job.request.top_logprobs
+        for off, row in zip(plan.outputs, rows, strict=True):
+            position = plan.start + off + 1
+            target = text.tokens[position]
+            if top_n is None:
+                text.logprobs.append(softmax.logprob(row, target))
+            else:
+                detail = self._describe(row, position, target, top_n)
+                text.details.append(detail)
+                text.logprobs.append(detail.logprob)
+        text.fed = plan.start + plan.take
+
+    # ---- failures ---------------------------------------------------------------------------
+
+    def _fail(self, job: AnyJob, exc: Exception) -> None:
+        """End one job with an error; the others go on."""
+        scheduler = self.scheduler
+        assert scheduler is not None
+        if isinstance(exc, EngineError):
+            error = exc
+        else:
+            log.error("request %d failed", job.rid, exc_info=exc)
+            error = EngineFault(f"request {job.rid} failed: {type(exc).__name__}")
+        scheduler.cancel(job)
+        self._emit(job, error)
+
+    def _restart(self, why: str) -> None:
+        """Make the generation context anew: running jobs get EngineRestarted, queued ones
+        stay. Raises (ending the thread) only when no new context can be made."""
+        scheduler = self.scheduler
+        backend = self.backend
+        assert scheduler is not None and backend is not None
+        self.restarts += 1
+        log.error("restarting the engine's context: %s", why)
+        ended = scheduler.reset()
+        backend.reset()
+        for job in ended:
+            self._emit(job, EngineRestarted("the engine restarted after an internal error"))
+
+    def _fail_all(self, exc: EngineError) -> None:
+        with self._cond:
+            self._running = False
+            leftovers: list[AnyJob] = [*self._inbox]
+            self._inbox.clear()
+            self._cancels.clear()
+            self._queued = 0
+        scheduler = self.scheduler
+        if scheduler is not None:
+            leftovers += scheduler.live_jobs()
+            for job in scheduler.live_jobs():
+                scheduler.cancel(job)
+        for job in leftovers:
+            self._emit(job, exc)
+        self._publish()
+        self._flush()
+
+    # ---- delivery ---------------------------------------------------------------------------
+
+    def _publish(self) -> None:
+        """Counters for `stats()`, read from the scheduler and the KV cache itself."""
+        scheduler = self.scheduler
+        backend = self.backend
+        if scheduler is None or backend is None:
+            return
+        cells = 0
+        for seq in range(scheduler.n_seq):
+            first, last = backend.seq_pos_range(seq)
+            if last >= 0:
+                cells += last - first + 1
+        self._counters = _Counters(
+            busy_slots=scheduler.n_seq - len(scheduler.slots),
+            kv_cells_used=cells,
+            prefix_cache_cells=scheduler.slots.cached_cells,
+            prefix_cache_hits=scheduler.prefix_hits,
+            prefix_cached_tokens=scheduler.prefix_tokens,
+        )
+
+    def _emit(self, job: AnyJob, event: object) -> None:
+        self._outbox.setdefault(job.sink.loop, []).append((job.sink.put, event))
+
+    def _flush(self) -> None:
+        outbox, self._outbox = self._outbox, {}
+        for loop, items in outbox.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, items)
+            except RuntimeError:
+                log.debug("dropping %d events for a closed event loop", len(items))
+
+
+def _deliver(items: list[tuple[Callable[[Any], None], Any]]) -> None:
+    for put, event in items:
+        put(event)

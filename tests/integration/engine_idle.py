@@ -1,0 +1,42 @@
+"""What "the engine is idle" means, checked on the real engine rather than on a counter: no
+live work, no decode step and no CPU time on its thread for a while, and a KV cache that
+holds exactly the prompt caches of its free sequences."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+QUIET_S = 0.3
+# Clock ticks (10 ms each) the engine thread may use while idle over QUIET_S; a thread that
+# spins uses ~30.
+IDLE_TICKS = 4
+
+
+def thread_cpu_ticks(native_id: int) -> int:
+    """utime + stime of one thread of this process, in clock ticks."""
+    with open(f"/proc/{os.getpid()}/task/{native_id}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+async def assert_engine_idle(engine, timeout: float = 10.0) -> None:
+    """Wait (up to `timeout`) until the engine has no busy slot and no queued request, then
+    assert it stays idle for QUIET_S and its KV cache holds only the prefix cache."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        stats = engine.stats()
+        if stats.busy_slots == 0 and stats.queue_length == 0:
+            break
+        assert loop.time() < deadline, f"the engine is still busy: {stats}"
+        await asyncio.sleep(0.02)
+    steps = engine.steps
+    ticks = thread_cpu_ticks(engine.native_thread_id)
+    await asyncio.sleep(QUIET_S)
+    assert engine.steps == steps, f"{engine.steps - steps} decode steps while idle"
+    used = thread_cpu_ticks(engine.native_thread_id) - ticks
+    assert used <= IDLE_TICKS, f"the idle engine thread used {used * 10} ms of CPU"
+    stats = engine.stats()
+    assert stats.kv_cells_used == stats.prefix_cache_cells, stats
+    assert stats.engine_restarts == 0, "the engine restarted its context"

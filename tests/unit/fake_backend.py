@@ -1,0 +1,254 @@
+"""FakeBackend: a scripted, batch-invariant stand-in for llama.cpp, for tests of the engine's
+scheduling logic only (the integration tests run the real model).
+
+It keeps a unified KV cache the way llama.cpp does: cells shared between sequences after
+`seq_cp`, a fixed number of cells (`decode` returns 1 and stores nothing when a batch does
+not fit), and a batch whose positions for a sequence do not continue exactly where that
+sequence ends is refused with -1, as llama.cpp refuses it. A row's logits are a pure function
+of its sequence's whole token history, so a wrong KV copy, a stale cell or a skipped prompt
+chunk changes the answer. Text is one letter per token.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from edgeserve.engine.types import ChatPrompt, EngineConfig, SamplingParams
+from edgeserve.errors import InvalidPrompt
+
+VOCAB = 40
+EOS = 1
+BOS = 2
+FIRST_LETTER = 8  # tokens 8 … 33 are the letters a … z; the others are spaces
+# A grammar text the fake "parses": "letters" allows letters only; these two misbehave.
+GRAMMAR_RAISES_ON_ADMIT = "raise on admit"
+GRAMMAR_RAISES_ON_SAMPLE = "raise on sample"
+
+
+def history_logits(history: Sequence[int]) -> np.ndarray:
+    """The scripted model: logits that depend on every token before (EOS kept unlikely)."""
+    rng = random.Random(hash(tuple(history)))
+    row = np.array([rng.uniform(-4.0, 4.0) for _ in range(VOCAB)], dtype=np.float32)
+    row[EOS] -= 6.0
+    row[BOS] = -30.0
+    return row
+
+
+class FakeBatch:
+    """The `Batch` protocol over Python lists."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.tokens: list[tuple[int, int, int, bool]] = []
+
+    @property
+    def n(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def room(self) -> int:
+        return self.capacity - len(self.tokens)
+
+    def clear(self) -> None:
+        self.tokens = []
+
+    def add(self, token: int, pos: int, seq: int, output: bool) -> int:
+        assert self.room > 0, "batch overflow"
+        self.tokens.append((token, pos, seq, output))
+        return len(self.tokens) - 1
+
+    def add_span(
+        self, tokens: Sequence[int], start_pos: int, seq: int, outputs: Sequence[int] = ()
+    ) -> int:
+        first = len(self.tokens)
+        for offset, token in enumerate(tokens):
+            self.add(token, start_pos + offset, seq, offset in outputs)
+        return first
+
+
+class FakeSampler:
+    """Greedy or seeded sampling over the fake logits, with logit_bias and a letters-only
+    'grammar'."""
+
+    live = 0
+
+    def __init__(
+        self, backend: FakeBackend, params: SamplingParams, seed_offset: int, gbnf: str | None
+    ) -> None:
+        if gbnf == GRAMMAR_RAISES_ON_ADMIT:
+            raise RuntimeError("scripted failure while making a sampler")
+        self.backend = backend
+        self.params = params
+        self.gbnf = gbnf
+        seed = params.seed if params.seed is not None else random.getrandbits(32)
+        self.rng = random.Random(seed + seed_offset)
+        self.slow = False
+        self.step_limit_s = 2.0
+        self.freed = False
+        FakeSampler.live += 1
+
+    def sample(self, row: int) -> int | None:
+        assert not self.freed, "sampling with a freed sampler"
+        if self.gbnf == GRAMMAR_RAISES_ON_SAMPLE:
+            raise RuntimeError("scripted failure while sampling")
+        logits = self.backend.logit_row(row).astype(np.float64)
+        for token, bias in self.params.logit_bias.items():
+            logits[token] += bias
+        if self.gbnf is not None:
+            logits[:FIRST_LETTER] = -np.inf
+            logits[FIRST_LETTER + 26 :] = -np.inf
+        if self.params.greedy:
+            return int(np.argmax(logits))
+        probs = np.exp((logits - logits.max()) / self.params.temperature)
+        probs /= probs.sum()
+        return int(self.rng.choices(range(VOCAB), weights=probs.tolist())[0])
+
+    def free(self) -> None:
+        assert not self.freed, "sampler freed twice"
+        self.freed = True
+        FakeSampler.live -= 1
+
+
+class FakeBackend:
+    """The `Backend` protocol, scripted (see the module docstring)."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.n_ctx = config.n_ctx
+        self.n_vocab = VOCAB
+        self.n_seq = config.parallel
+        self.is_classifier = False
+        self.add_bos = True
+        self.bos = BOS
+        self.max_piece_bytes = 1
+        self.gpu_offload = False
+        self.n_gpu_layers = 0
+        self.batch = FakeBatch(config.n_batch)
+        self._cells = itertools.count()
+        self._seqs: dict[int, list[tuple[int, int]]] = {s: [] for s in range(self.n_seq)}
+        self._rows: list[np.ndarray] = []
+        self._score_history: list[int] = []
+        self._score_rows: list[np.ndarray] = []
+        self.holds_score_context = False
+        self.decodes: list[list[tuple[int, int, int, bool]]] = []
+        self.tokenized_bytes = 0
+        self.resets = 0
+        # Tests script failures: called before each decode, may return a status to report.
+        self.before_decode: Callable[[list[tuple[int, int, int, bool]]], int | None] | None = None
+        self.fail_score = False
+
+    # ---- generation -------------------------------------------------------------------
+
+    def cells_used(self) -> int:
+        return len({cell for cells in self._seqs.values() for _, cell in cells})
+
+    def decode(self) -> int:
+        batch = list(self.batch.tokens)
+        self.decodes.append(batch)
+        if self.before_decode is not None and (status := self.before_decode(batch)) is not None:
+            return status
+        ends = {seq: len(cells) for seq, cells in self._seqs.items()}
+        for _, pos, seq, _ in batch:
+            if pos != ends[seq]:
+                return -1  # llama.cpp: positions of a sequence must continue its cells
+            ends[seq] += 1
+        if self.cells_used() + len(batch) > self.n_ctx:
+            return 1
+        self._rows = []
+        for token, _, seq, output in batch:
+            self._seqs[seq].append((token, next(self._cells)))
+            if output:
+                self._rows.append(history_logits([t for t, _ in self._seqs[seq]]))
+            else:
+                self._rows.append(np.empty(0, dtype=np.float32))
+        return 0
+
+    def new_sampler(
+        self, params: SamplingParams, seed_offset: int, gbnf: str | None
+    ) -> FakeSampler:
+        return FakeSampler(self, params, seed_offset, gbnf)
+
+    def logit_row(self, row: int) -> np.ndarray:
+        assert self._rows[row].size, "row has no logits"
+        return self._rows[row]
+
+    def piece(self, token: int) -> bytes:
+        if FIRST_LETTER <= token < FIRST_LETTER + 26:
+            return bytes([ord("a") + token - FIRST_LETTER])
+        return b"" if token in (EOS, BOS) else b" "
+
+    def is_eog(self, token: int) -> bool:
+        return token == EOS
+
+    # ---- KV cache -----------------------------------------------------------------------
+
+    def seq_rm(self, seq: int, p0: int, p1: int) -> bool:
+        cells = self._seqs[seq]
+        start = 0 if p0 < 0 else p0
+        end = len(cells) if p1 < 0 else p1
+        if end < len(cells) and start < end:
+            return False  # a hole in the middle: llama.cpp refuses it for recurrent models too
+        del cells[start:end]
+        return True
+
+    def seq_cp(self, src: int, dst: int) -> None:
+        assert not self._seqs[dst], "copy onto a sequence that holds cells"
+        self._seqs[dst] = list(self._seqs[src])
+
+    def seq_pos_range(self, seq: int) -> tuple[int, int]:
+        cells = self._seqs[seq]
+        return (0, len(cells) - 1) if cells else (-1, -1)
+
+    def history(self, seq: int) -> list[int]:
+        return [token for token, _ in self._seqs[seq]]
+
+    # ---- prompts ------------------------------------------------------------------------
+
+    def render(self, prompt: ChatPrompt) -> str:
+        return " ".join(turn.content for turn in prompt.messages)
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        self.tokenized_bytes += len(text)
+        tokens = [
+            FIRST_LETTER + ord(c) - ord("a") if "a" <= c <= "z" else FIRST_LETTER + 26 for c in text
+        ]
+        return [BOS, *tokens] if add_special else tokens
+
+    def check_grammar(self, gbnf: str) -> None:
+        if gbnf == "unparsable":
+            raise InvalidPrompt("The grammar could not be parsed; check its GBNF syntax.")
+
+    # ---- scoring --------------------------------------------------------------------------
+
+    def score_chunk(
+        self, tokens: Sequence[int], start: int, outputs: Sequence[int]
+    ) -> list[np.ndarray]:
+        if self.fail_score:
+            raise RuntimeError("scripted scoring failure")
+        self.holds_score_context = True
+        if start == 0:
+            self._score_history = []
+        assert start == len(self._score_history), "score chunk out of order"
+        rows = []
+        for offset, token in enumerate(tokens):
+            self._score_history.append(token)
+            if offset in outputs:
+                rows.append(history_logits(self._score_history))
+        return rows
+
+    def classify(self, tokens: Sequence[int]) -> float:
+        raise NotImplementedError
+
+    def release_score_context(self) -> None:
+        self.holds_score_context = False
+
+    def reset(self) -> None:
+        self.resets += 1
+        self._seqs = {s: [] for s in range(self.n_seq)}
+
+    def close(self) -> None:
+        pass

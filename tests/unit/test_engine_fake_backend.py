@@ -1,0 +1,519 @@
+"""The engine's job lifecycle and scheduling policy, driven step by step on FakeBackend (a
+scripted, batch-invariant stand-in for llama.cpp: see fake_backend.py). Every step also runs
+the scheduler's invariant check; a failed check would make the context anew, so each test
+ends by asserting that never happened."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+
+from edgeserve.engine import worker
+from edgeserve.engine.jobs import Job, JobState, ScoreJob, Sink
+from edgeserve.engine.policy import InvariantError, Scheduler
+from edgeserve.engine.types import (
+    ChatPrompt,
+    ChatTurn,
+    EngineConfig,
+    Finished,
+    GenerationRequest,
+    GrammarSpec,
+    SamplingParams,
+    ScoreRequest,
+    ScoreResult,
+    TextDelta,
+)
+from edgeserve.engine.worker import Engine
+from edgeserve.errors import EngineFault, EngineRestarted, InvalidPrompt, PromptTooLong
+from tests.unit.fake_backend import (
+    EOS,
+    GRAMMAR_RAISES_ON_ADMIT,
+    GRAMMAR_RAISES_ON_SAMPLE,
+    FakeBackend,
+    FakeSampler,
+)
+
+NO_EOS = {EOS: -100.0}
+
+
+class InlineLoop:
+    """Delivers the engine's events at once, on the engine's own thread."""
+
+    def call_soon_threadsafe(self, callback, *args):
+        callback(*args)
+
+
+class Harness:
+    """An Engine on a FakeBackend, stepped by the test (no engine thread)."""
+
+    def __init__(self, **config) -> None:
+        defaults = {"model_path": "fake", "n_ctx": 256, "parallel": 4, "n_batch": 64}
+        self.config = EngineConfig(**{**defaults, **config, "prefill_chunk": 8})
+        self.engine = Engine(self.config, backend_factory=FakeBackend)
+        assert self.engine.load()
+        self.backend: FakeBackend = self.engine.backend  # type: ignore[assignment]
+        self.scheduler: Scheduler = self.engine.scheduler  # type: ignore[assignment]
+
+    def submit(self, prompt: str = "hello there", n: int = 1, **params) -> tuple[Job, list]:
+        params.setdefault("max_tokens", 6)
+        params.setdefault("temperature", 0.0)
+        params.setdefault("logit_bias", NO_EOS)
+        request = GenerationRequest(prompt=prompt, params=SamplingParams(**params), n=n)
+        events: list = []
+        job = self.engine.submit(
+            request, self.engine.prepare(request), Sink(InlineLoop(), events.append)
+        )
+        return job, events
+
+    def score(self, *texts: str) -> tuple[ScoreJob, list]:
+        request = ScoreRequest(texts=texts)
+        events: list = []
+        sink = Sink(InlineLoop(), events.append)
+        return self.engine.submit_score(request, self.engine.prepare_score(request), sink), events
+
+    def step(self, times: int = 1) -> None:
+        for _ in range(times):
+            self.engine.step()
+
+    def run_until_idle(self, limit: int = 500) -> int:
+        for steps in range(limit):
+            if not self.scheduler.has_work() and not self.engine._inbox:
+                return steps
+            self.engine.step()
+        raise AssertionError("the engine did not go idle")
+
+    def assert_clean(self) -> None:
+        """Idle, consistent, nothing leaked: KV holds only the prompt caches."""
+        self.scheduler.check_invariants()
+        assert not self.scheduler.has_work()
+        assert not self.scheduler.live_jobs()
+        assert self.scheduler.reserved == 0
+        assert self.engine.restarts == 0 and self.backend.resets == 0
+        assert FakeSampler.live == 0
+        stats = self.engine.stats()
+        assert stats.busy_slots == 0
+        assert stats.kv_cells_used == stats.prefix_cache_cells
+
+
+def answers(events: list, n: int = 1) -> list[str]:
+    texts = [""] * n
+    for event in events:
+        if isinstance(event, TextDelta):
+            texts[event.index] += event.text
+    return texts
+
+
+def finishes(events: list) -> dict[int, str]:
+    return {e.index: e.reason for e in events if isinstance(e, Finished)}
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_samplers() -> Iterator[None]:
+    FakeSampler.live = 0
+    yield
+
+
+def fresh_answer(prompt: str, n: int = 1, **params) -> list[str]:
+    """What a cold engine answers alone."""
+    harness = Harness()
+    _, events = harness.submit(prompt, n=n, **params)
+    harness.run_until_idle()
+    return answers(events, n)
+
+
+# ---- cancel in every state ------------------------------------------------------------------
+
+
+def test_cancel_while_queued_never_decodes_it():
+    h = Harness(parallel=1)
+    _, first_events = h.submit("aaaa")
+    second, second_events = h.submit("bbbb")
+    h.step()
+    assert second.state is JobState.QUEUED
+    h.engine.cancel(second)
+    h.run_until_idle()
+    assert second.state is JobState.CANCELLED and second_events == []
+    assert all(seq == 0 for batch in h.backend.decodes for _, _, seq, _ in batch)
+    assert finishes(first_events) == {0: "length"}
+    h.assert_clean()
+
+
+def test_cancel_mid_prefill_while_another_waits_for_the_sequence():
+    # One sequence; a long prompt prefills in 8-token chunks beside a generating stream, and a
+    # request with the same prefix waits. Cancel the long one mid-prefill: the waiter takes the
+    # freed sequence (prefix match) and its decode must continue exactly at the stored end.
+    h = Harness(parallel=2, n_batch=16)
+    _, stream_events = h.submit("zz", max_tokens=40)
+    h.step(2)
+    long_prompt = "the quick brown fox jumps over the lazy dog " * 2
+    doomed, _ = h.submit(long_prompt, max_tokens=4)
+    h.step(3)
+    assert doomed.state is JobState.PREFILLING and 0 < doomed.prefilled < len(doomed.tokens)
+    waiter, waiter_events = h.submit(long_prompt + "and more", max_tokens=5)
+    h.engine.cancel(doomed)
+    h.step()
+    assert doomed.state is JobState.CANCELLED
+    assert waiter.state is JobState.PREFILLING and waiter.cached > 0
+    h.run_until_idle()
+    assert finishes(waiter_events) == {0: "length"}
+    assert answers(waiter_events) == fresh_answer(long_prompt + "and more", max_tokens=5)
+    assert finishes(stream_events) == {0: "length"}
+    h.assert_clean()
+
+
+def test_cancel_while_generating_frees_the_sequence_and_the_engine_goes_idle():
+    h = Harness()
+    job, events = h.submit(max_tokens=100)
+    _, other_events = h.submit("another prompt", max_tokens=10)
+    h.step(4)
+    h.engine.cancel(job)
+    h.step()
+    assert job.state is JobState.CANCELLED and job not in h.scheduler.active
+    h.run_until_idle()
+    assert finishes(other_events) == {0: "length"}
+    assert not any(isinstance(e, Finished) for e in events)
+    h.assert_clean()
+
+
+def test_cancel_of_the_last_stream_leaves_nothing_to_step():
+    h = Harness()
+    job, _ = h.submit(max_tokens=100)
+    h.step(3)
+    h.engine.cancel(job)
+    h.step()
+    decodes = len(h.backend.decodes)
+    assert not h.scheduler.has_work()
+    h.step(5)  # a step with nothing to do decodes nothing
+    assert len(h.backend.decodes) == decodes
+    h.assert_clean()
+
+
+def test_cancel_twice_and_after_the_end_is_harmless():
+    h = Harness()
+    job, events = h.submit(max_tokens=3)
+    h.run_until_idle()
+    h.engine.cancel(job)
+    h.engine.cancel(job)
+    h.run_until_idle()
+    assert finishes(events) == {0: "length"}
+    h.assert_clean()
+
+
+def test_cancel_of_a_score_job():
+    h = Harness()
+    job, events = h.score("some text to score " * 10)
+    h.step(2)
+    h.engine.cancel(job)
+    h.run_until_idle()
+    assert job.state is JobState.CANCELLED and events == []
+    h.assert_clean()
+
+
+# ---- n > 1, seeds, the prefix cache ---------------------------------------------------------
+
+
+def test_sampled_choices_copy_the_prompt_and_match_single_requests():
+    h = Harness()
+    _, events = h.submit("once upon a time", n=3, temperature=1.0, seed=7, max_tokens=8)
+    h.run_until_idle()
+    got = answers(events, 3)
+    assert len(set(got)) > 1  # the seeds differ, so the answers should too
+    for i in range(3):
+        alone = fresh_answer("once upon a time", temperature=1.0, seed=7 + i, max_tokens=8)
+        assert got[i] == alone[0], i
+    h.assert_clean()
+
+
+def test_warm_prefix_cache_answers_like_a_cold_engine():
+    h = Harness()
+    h.submit("a shared beginning then one", max_tokens=5)
+    h.run_until_idle()
+    job, second = h.submit("a shared beginning then two", max_tokens=5)
+    h.run_until_idle()
+    assert job.cached > 10
+    assert answers(second) == fresh_answer("a shared beginning then two", max_tokens=5)
+    h.assert_clean()
+
+
+# ---- the KV cache full ----------------------------------------------------------------------
+
+
+def test_kv_full_ends_a_generating_choice_never_a_prefilling_lead():
+    # 128 cells, a 32-cell share each. A stream runs past its share; an n=2 request with a
+    # 71-token prompt is admitted beside it and prefills. Its last token does not fit: its
+    # lead then holds more cells (70) than the stream (58), yet the stream is what ends
+    # ("length"), and the two answers are those of a cold engine.
+    h = Harness(n_ctx=128, parallel=4, n_batch=16)
+    _, stream = h.submit("xxx", max_tokens=300, temperature=1.0, seed=1)
+    h.step(46)
+    prompt = "y" * 70
+    job, events = h.submit(prompt, n=2, temperature=1.0, seed=3, max_tokens=2)
+    for _ in range(10):
+        h.step()
+        assert job.state is not JobState.CANCELLED
+    assert finishes(stream) == {0: "length"}
+    assert sum(isinstance(e, TextDelta) for e in stream) < 60  # cut short by the full cache
+    h.run_until_idle()
+    assert finishes(events) == {0: "length", 1: "length"}
+    cold = [fresh_answer(prompt, temperature=1.0, seed=3 + i, max_tokens=2)[0] for i in range(2)]
+    assert answers(events, 2) == cold
+    h.assert_clean()
+
+
+def test_kv_full_with_only_prefilling_jobs_requeues_the_newest():
+    h = Harness(parallel=2, n_batch=16)
+    first, first_events = h.submit("a" * 30, max_tokens=4)
+    second, second_events = h.submit("b" * 30, max_tokens=4)
+    h.step()
+    assert first.state is second.state is JobState.PREFILLING
+    h.backend.before_decode = lambda batch: 1 if len(h.backend.decodes) == 2 else None
+    h.step()
+    assert second.state is JobState.QUEUED and first.state is JobState.PREFILLING
+    h.run_until_idle()
+    assert finishes(first_events) == {0: "length"} and finishes(second_events) == {0: "length"}
+    assert answers(second_events) == fresh_answer("b" * 30, max_tokens=4)
+    h.assert_clean()
+
+
+def test_relieve_kv_puts_a_prefilling_job_back_whole():
+    h = Harness(parallel=2, n_batch=16)
+    a, _ = h.submit("a" * 30)
+    b, _ = h.submit("b" * 30)
+    h.step()
+    assert a.state is JobState.PREFILLING and b.state is JobState.PREFILLING
+    assert h.scheduler.relieve_kv() is b
+    assert b.state is JobState.QUEUED and b.choices == [] and h.scheduler.waiting[0] is b
+    h.scheduler.check_invariants()
+    h.run_until_idle()
+    h.assert_clean()
+
+
+# ---- reservations and admission -------------------------------------------------------------
+
+
+def test_reservations_hold_back_a_request_that_does_not_fit_and_add_up():
+    h = Harness(n_ctx=128, parallel=4)
+    big, big_events = h.submit("p" * 40, max_tokens=100)
+    h.step()
+    later, later_events = h.submit("q" * 40, max_tokens=100)
+    h.step()
+    assert later.state is JobState.QUEUED  # 40 + 32 + 40 + 32 > 128
+    assert h.scheduler.reserved == big.prompt.reserve
+    assert h.engine.stats().queue_length == 1
+    h.run_until_idle()
+    assert finishes(big_events) == {0: "length"} and finishes(later_events) == {0: "length"}
+    h.assert_clean()
+
+
+def test_a_request_alone_is_always_admitted():
+    h = Harness(n_ctx=64, parallel=4)
+    job, events = h.submit("r" * 50, max_tokens=None)
+    h.run_until_idle()
+    assert finishes(events) == {0: "length"}
+    assert job.choices[0].n_gen == 64 - len(job.tokens)
+    h.assert_clean()
+
+
+def test_prefill_shares_a_step_with_running_streams():
+    h = Harness(n_batch=64)
+    _, _ = h.submit("s", max_tokens=30)
+    h.step(2)
+    h.submit("t" * 50, max_tokens=2)
+    h.step()
+    last = h.backend.decodes[-1]
+    generating = [t for t in last if t[3] and t[2] == 0]
+    prefill = [t for t in last if t[2] != 0]
+    assert len(generating) == 1 and len(prefill) == 8  # prefill_chunk while a stream runs
+    h.run_until_idle()
+    h.assert_clean()
+
+
+def test_a_prompts_last_token_is_decoded_in_a_chunk_of_its_own():
+    h = Harness(n_batch=64)
+    job, _ = h.submit("u" * 20, max_tokens=2)
+    h.step()
+    assert [len(batch) for batch in h.backend.decodes] == [20]  # BOS + 19 of 21 tokens
+    h.step()
+    assert len(h.backend.decodes[-1]) == 1 and job.state is JobState.GENERATING
+    h.run_until_idle()
+    h.assert_clean()
+
+
+def test_the_burst_window_puts_simultaneous_requests_in_one_first_step():
+    config = EngineConfig(model_path="fake", n_ctx=256, parallel=4, n_batch=64)
+    engine = Engine(config, backend_factory=FakeBackend)
+    engine.start()
+    try:
+        assert engine.wait_loaded(5)
+        events: list = []
+        sink = Sink(InlineLoop(), events.append)
+        for prompt in ("aaa", "bbb", "ccc"):
+            request = GenerationRequest(prompt, SamplingParams(max_tokens=2, temperature=0))
+            engine.submit(request, engine.prepare(request), sink)
+        for _ in range(200):
+            if sum(isinstance(e, Finished) for e in events) == 3:
+                break
+            time.sleep(0.01)
+        first = engine.backend.decodes[0]  # type: ignore[union-attr]
+        assert {seq for _, _, seq, _ in first} == {0, 1, 2}
+    finally:
+        engine.close()
+
+
+def test_the_engine_thread_waits_when_idle_after_a_cancel():
+    config = EngineConfig(model_path="fake", n_ctx=256, parallel=4, n_batch=64)
+    engine = Engine(config, backend_factory=FakeBackend)
+    engine.start()
+    try:
+        assert engine.wait_loaded(5)
+        events: list = []
+        request = GenerationRequest(
+            "go", SamplingParams(max_tokens=100000, temperature=0, logit_bias=NO_EOS)
+        )
+        job = engine.submit(request, engine.prepare(request), Sink(InlineLoop(), events.append))
+        while engine.steps < 5:
+            time.sleep(0.001)
+        engine.cancel(job)
+        time.sleep(0.05)
+        before = engine.steps
+        time.sleep(0.2)
+        assert engine.steps == before, "the engine kept stepping with nothing to do"
+        assert engine.stalled_for() == 0.0
+        assert threading.active_count() >= 2
+    finally:
+        engine.close()
+
+
+# ---- failures stay with their request -------------------------------------------------------
+
+
+def test_a_sampler_that_cannot_be_made_fails_only_its_request():
+    h = Harness()
+    _, good = h.submit("fine", max_tokens=5)
+    request = GenerationRequest(
+        "bad", SamplingParams(max_tokens=5, grammar=GrammarSpec("gbnf", GRAMMAR_RAISES_ON_ADMIT))
+    )
+    prompt = replace(h.engine.prepare(request), gbnf=GRAMMAR_RAISES_ON_ADMIT)
+    bad: list = []
+    h.engine.submit(request, prompt, Sink(InlineLoop(), bad.append))
+    h.run_until_idle()
+    assert len(bad) == 1 and isinstance(bad[0], EngineFault)
+    assert finishes(good) == {0: "length"}
+    h.assert_clean()
+
+
+def test_a_sampling_exception_fails_only_its_request():
+    h = Harness()
+    _, good = h.submit("fine", max_tokens=5, n=2, temperature=1.0)
+    request = GenerationRequest(
+        "bad", SamplingParams(max_tokens=5, grammar=GrammarSpec("gbnf", GRAMMAR_RAISES_ON_SAMPLE))
+    )
+    prompt = replace(h.engine.prepare(request), gbnf=GRAMMAR_RAISES_ON_SAMPLE)
+    bad: list = []
+    h.engine.submit(request, prompt, Sink(InlineLoop(), bad.append))
+    h.run_until_idle()
+    assert isinstance(bad[-1], EngineFault)
+    assert finishes(good) == {0: "length", 1: "length"}
+    h.assert_clean()
+
+
+def test_a_scoring_failure_fails_only_its_request():
+    h = Harness()
+    _, good = h.submit("fine", max_tokens=5)
+    h.backend.fail_score = True
+    _, bad = h.score("text")
+    h.run_until_idle()
+    assert len(bad) == 1 and isinstance(bad[0], EngineFault)
+    assert finishes(good) == {0: "length"}
+    h.backend.fail_score = False
+    _, again = h.score("text")
+    h.run_until_idle()
+    assert isinstance(again[0], ScoreResult)
+    h.assert_clean()
+
+
+def test_a_broken_decode_restarts_the_context_and_queued_requests_still_run():
+    h = Harness(parallel=1)
+    _, running = h.submit("first", max_tokens=10)
+    _, queued = h.submit("second", max_tokens=4)
+    h.step(3)
+    h.backend.before_decode = lambda batch: -3 if len(h.backend.decodes) == 4 else None
+    h.run_until_idle()
+    assert isinstance(running[-1], EngineRestarted)
+    assert h.engine.restarts == 1 and h.backend.resets == 1
+    assert finishes(queued) == {0: "length"}
+    assert answers(queued) == fresh_answer("second", max_tokens=4)
+    h.engine.restarts = h.backend.resets = 0
+    h.assert_clean()
+
+
+def test_an_invariant_that_fails_restarts_instead_of_corrupting():
+    h = Harness()
+    job, events = h.submit("x", max_tokens=50)
+    h.step(3)
+    job.lead.n_past += 1  # bookkeeping now disagrees with the KV cache
+    with pytest.raises(InvariantError):
+        h.scheduler.check_invariants()
+    h.step()
+    assert isinstance(events[-1], EngineRestarted) and h.engine.restarts == 1
+
+
+# ---- preparation ----------------------------------------------------------------------------
+
+
+def test_a_prompt_too_long_by_its_size_alone_is_refused_without_tokenizing():
+    h = Harness(n_ctx=64)
+    request = GenerationRequest("w" * 10_000, SamplingParams())
+    with pytest.raises(PromptTooLong) as info:
+        h.engine.prepare(request)
+    assert info.value.at_least and h.backend.tokenized_bytes == 0
+    chat = GenerationRequest(
+        ChatPrompt(tuple(ChatTurn("user", "m") for _ in range(1000))), SamplingParams()
+    )
+    with pytest.raises(PromptTooLong):
+        h.engine.prepare(chat)
+    assert h.backend.tokenized_bytes == 0
+
+
+def test_a_grammar_is_checked_before_submission():
+    h = Harness()
+    request = GenerationRequest("x", SamplingParams(grammar=GrammarSpec("gbnf", "unparsable")))
+    with pytest.raises(InvalidPrompt):
+        h.engine.prepare(request)
+
+
+def test_the_queue_limit_counts_requests_being_prepared():
+    h = Harness(max_queue=2)
+    gate = threading.Event()
+    slow = h.backend.render
+
+    def render(prompt):
+        gate.wait(5)
+        return slow(prompt)
+
+    h.backend.render = render  # type: ignore[method-assign]
+    chat = GenerationRequest(ChatPrompt((ChatTurn("user", "hi"),)), SamplingParams())
+    futures = [h.engine.prepare_async(chat) for _ in range(2)]
+    assert h.engine.stats().queue_length == 2
+    with pytest.raises(Exception) as info:
+        h.engine.prepare_async(chat)
+    assert type(info.value).__name__ == "EngineOverloaded"
+    gate.set()
+    for future in futures:
+        assert len(future.result(5).tokens) > 0
+    assert h.engine.stats().queue_length == 0
+    h.engine.close()
+
+
+def test_score_context_is_released_after_idle(monkeypatch):
+    monkeypatch.setattr(worker, "SCORE_CONTEXT_IDLE_S", 0.0)
+    h = Harness()
+    _, events = h.score("abc def")
+    h.run_until_idle()
+    assert isinstance(events[0], ScoreResult) and h.backend.holds_score_context
+    h.engine._housekeeping()
+    assert not h.backend.holds_score_context
