@@ -188,7 +188,7 @@ class LlamaBackend:
             params,
             self.model.vocab,
             self.model.ctx,
-            self.model.candidates,
+            self.n_vocab,
             seed_offset=seed_offset,
             gbnf=gbnf,
             step_limit_s=self.config.grammar_step_limit_s,

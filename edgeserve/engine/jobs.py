@@ -16,8 +16,11 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+import numpy as np
 
 from edgeserve.engine.detok import StopMatcher, Utf8Assembler
 from edgeserve.engine.scoring import TextState
@@ -54,13 +57,23 @@ class Sink:
 
 
 class SamplerHandle(Protocol):
-    """One sequence's sampler, as a backend makes it (see `Backend.new_sampler`)."""
+    """One sequence's sampler, as a backend makes it (see `Backend.new_sampler`).
+
+    A `detached` sampler (one with a grammar, which can be slow) samples a copied logit row
+    with `sample_logits` on a grammar thread; the others sample a row of the last decode in
+    place with `sample`, on the engine thread.
+    """
 
     slow: bool
     step_limit_s: float
+    detached: bool
 
     def sample(self, row: int) -> int | None:
-        """The next token from output row `row` of the last decode; None: nothing allowed."""
+        """The next token from output row `row` of the last decode."""
+        ...
+
+    def sample_logits(self, logits: np.ndarray) -> int | None:
+        """The next token from a copied row; None when the grammar allows nothing."""
         ...
 
     def free(self) -> None:
@@ -94,6 +107,8 @@ class Choice:
     generated: list[int] = field(default_factory=list)
     assembler: Utf8Assembler = field(default_factory=Utf8Assembler)
     stopper: StopMatcher = field(init=False)
+    # A detached sample in flight: its future and the logit row it reads.
+    pending: tuple[Future[int | None], np.ndarray] | None = None
 
     def __post_init__(self) -> None:
         self.stopper = StopMatcher(self.stops)
@@ -138,6 +153,14 @@ class Job:
     def finished(self) -> bool:
         """True once every choice has ended."""
         return bool(self.choices) and all(c.done for c in self.choices)
+
+    @property
+    def steppable(self) -> bool:
+        """True when the next step has something to decode for this job: a prompt chunk, or a
+        choice whose next token is known (not ended, no sample in flight)."""
+        if self.state is JobState.PREFILLING:
+            return True
+        return any(not c.done and c.pending is None for c in self.choices)
 
 
 @dataclass(eq=False)

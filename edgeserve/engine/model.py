@@ -10,7 +10,6 @@ from typing import Any
 import llama_cpp as lc
 import numpy as np
 
-from edgeserve.engine.sampling import Candidates
 from edgeserve.engine.types import EngineConfig
 
 log = logging.getLogger("edgeserve.engine")
@@ -86,8 +85,6 @@ class LoadedModel:
         self._stack.callback(lc.llama_model_free, model)
         self.vocab = lc.llama_model_get_vocab(model)
         self.n_vocab = lc.llama_vocab_n_tokens(self.vocab)
-        # Scratch for the engine thread's grammar work.
-        self.candidates = Candidates(self.n_vocab)
         self.metadata = _read_metadata(model)
         self.n_ctx_train = lc.llama_model_n_ctx_train(model)
         self.n_layer = lc.llama_model_n_layer(model)

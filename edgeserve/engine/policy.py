@@ -89,9 +89,12 @@ class Scheduler:
     # ---- what is there to do ----------------------------------------------------------------
 
     def has_work(self) -> bool:
-        """True when the next step would decode something."""
+        """True when the next step would decode something (a job whose only choices wait on
+        a detached sample has nothing to decode until it arrives)."""
         return bool(
-            self.active or self.scoring or (self.waiting and self._can_admit(self.waiting[0]))
+            any(job.steppable for job in self.active)
+            or self.scoring
+            or (self.waiting and self._can_admit(self.waiting[0]))
         )
 
     def live_jobs(self) -> list[AnyJob]:
@@ -266,7 +269,7 @@ class Scheduler:
             self._score_turn = False
             return self._plan_score(self.scoring[0])
         self._score_turn = True
-        if not self.active:
+        if not any(job.steppable for job in self.active):
             return None
         return self._plan_generation(batch)
 
@@ -290,7 +293,7 @@ class Scheduler:
                 continue
             generating += 1
             for choice in job.choices:
-                if not choice.done:
+                if not choice.done and choice.pending is None:
                     row = batch.add(choice.last_token, choice.n_past, choice.seq_id, True)
                     plan.rows.append((row, job, choice))
         budget = batch.room

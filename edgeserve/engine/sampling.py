@@ -6,10 +6,13 @@ grammar checks only that token, and only when it is refused are all candidates f
 grammar and the chain run again. Filtering every candidate costs 0.1-0.6 s per token on a
 262k vocabulary, while the model's own choice usually fits the grammar.
 
-Some grammars (JSON schemas with nested alternatives that share a prefix) make llama.cpp's
-grammar state grow exponentially as the answer nests deeper, and the engine thread cannot be
-interrupted inside llama.cpp; a grammar step slower than the sampler's `step_limit_s` marks it
-`slow`, and the engine ends that answer, before the next step can take longer still.
+A sampler with a grammar is `detached`: the engine thread hands it a copy of the logit row
+and it samples on a grammar thread (`sample_logits`), so a slow grammar delays only its own
+answer, never the other streams' next token. Some grammars (JSON schemas with nested
+alternatives that share a prefix) make llama.cpp's grammar state grow exponentially as the
+answer nests deeper, and a native grammar step cannot be interrupted; a step slower than the
+sampler's `step_limit_s` marks it `slow`, and the engine ends that answer before the next step
+can take longer still.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import ctypes
 import json
 import math
 import random
+import threading
 import time
 from typing import Any
 
@@ -106,8 +110,8 @@ def _build_chain(params: SamplingParams, n_vocab: int, seed_offset: int) -> Any:
 
 
 class Candidates:
-    """The engine's one reusable candidate list (n_vocab token entries, allocated on first use)
-    for sequences whose grammar needs the candidates in hand."""
+    """A reusable candidate list (n_vocab token entries, allocated on first use) for one
+    grammar sampler, which needs the candidates in hand to filter them."""
 
     def __init__(self, n_vocab: int) -> None:
         self.n_vocab = n_vocab
@@ -119,14 +123,14 @@ class Candidates:
             data=ctypes.cast(self._one, ctypes.POINTER(lc.llama_token_data)), size=1
         )
 
-    def fill(self, logits: Any) -> Any:
-        """Load a raw logit row; returns the llama_token_data_array pointer for samplers."""
+    def fill(self, logits: np.ndarray) -> Any:
+        """Load a logit row; returns the llama_token_data_array pointer for samplers."""
         if self._data is None:
             self._data = np.empty(self.n_vocab, dtype=_TOKEN_DATA)
             self._ids = np.arange(self.n_vocab, dtype=np.int32)
             self._array.data = self._data.ctypes.data_as(ctypes.POINTER(lc.llama_token_data))
         self._data["id"] = self._ids
-        self._data["logit"] = np.ctypeslib.as_array(logits, shape=(self.n_vocab,))
+        self._data["logit"] = logits
         self._data["p"] = 0.0
         self._array.size = self.n_vocab
         self._array.selected = -1
@@ -152,11 +156,13 @@ class Candidates:
 class Sampler:
     """One sequence's sampling: its native chain and, kept apart, its grammar.
 
-    Reads its logits from `ctx`; `candidates` is the engine's one scratch list for grammar
-    work. `seed_offset` gives sibling choices of one `n>1` request distinct but reproducible
-    streams; `gbnf` is the request's grammar, already checked once by `grammar_text` and
-    `grammar_sampler`; a grammar step over `step_limit_s` seconds sets `slow`. Call `free`
-    when the sequence ends.
+    Without a grammar it samples row `row` of `ctx`'s last decode on the engine thread
+    (`sample`). With one it is `detached` and samples a copied row (`sample_logits`) on
+    whatever thread the engine gives it, one call at a time. `seed_offset` gives sibling
+    choices of one `n>1` request distinct but reproducible streams; `gbnf` is the request's
+    grammar, already checked once by `grammar_text` and `grammar_sampler`; a grammar step over
+    `step_limit_s` seconds sets `slow`. Call `free` once when the sequence ends: while a
+    detached sample is still running, the native objects are freed when it returns.
     """
 
     def __init__(
@@ -164,33 +170,48 @@ class Sampler:
         params: SamplingParams,
         vocab: Any,
         ctx: Any,
-        candidates: Candidates,
+        n_vocab: int,
         *,
         seed_offset: int = 0,
         gbnf: str | None = None,
         step_limit_s: float = 2.0,
     ) -> None:
         self.grammar = grammar_sampler(vocab, gbnf) if gbnf is not None else None
-        self.chain = _build_chain(params, candidates.n_vocab, seed_offset)
+        self.chain = _build_chain(params, n_vocab, seed_offset)
         self.ctx = ctx
-        self.candidates = candidates
+        self.detached = self.grammar is not None
+        self._candidates = Candidates(n_vocab) if self.detached else None
+        self._lock = threading.Lock()
+        self._busy = False
+        self._free_when_done = False
         self.slow = False
         self.step_limit_s = step_limit_s
 
     def sample(self, row: int) -> int | None:
-        """The next token from output row `row` of the context's last decode, accepted by the
-        chain (and grammar); None when the grammar allows no token at all."""
-        if self.grammar is None:
-            return int(lc.llama_sampler_sample(self.chain, self.ctx, row))
-        started = time.perf_counter()
-        token = self._sample_with_grammar(self.grammar, self.ctx, row, self.candidates)
-        self.slow = time.perf_counter() - started > self.step_limit_s
-        return token
+        """The next token from output row `row` of the context's last decode (no grammar)."""
+        return int(lc.llama_sampler_sample(self.chain, self.ctx, row))
 
-    def _sample_with_grammar(
-        self, grammar: Any, ctx: Any, idx: int, candidates: Candidates
-    ) -> int | None:
-        logits = lc.llama_get_logits_ith(ctx, idx)
+    def sample_logits(self, logits: np.ndarray) -> int | None:
+        """The next token from a copied logit row, accepted by the chain and the grammar; None
+        when the grammar allows no token at all. Safe on any thread (one call at a time)."""
+        with self._lock:
+            if self._free_when_done:
+                return None
+            self._busy = True
+        try:
+            started = time.perf_counter()
+            token = self._sample_with_grammar(logits)
+            self.slow = time.perf_counter() - started > self.step_limit_s
+            return token
+        finally:
+            with self._lock:
+                self._busy = False
+                if self._free_when_done:
+                    self._free_native()
+
+    def _sample_with_grammar(self, logits: np.ndarray) -> int | None:
+        grammar, candidates = self.grammar, self._candidates
+        assert grammar is not None and candidates is not None
         lc.llama_sampler_apply(self.chain, candidates.fill(logits))
         token, _ = candidates.selected()
         if not candidates.allows(grammar, token):
@@ -205,7 +226,17 @@ class Sampler:
         return token
 
     def free(self) -> None:
-        """Free the chain (and every sampler it owns) and the grammar."""
-        lc.llama_sampler_free(self.chain)
+        """Free the chain (and every sampler it owns) and the grammar, now or, while a
+        detached sample runs, as soon as it returns."""
+        with self._lock:
+            self._free_when_done = True
+            if not self._busy:
+                self._free_native()
+
+    def _free_native(self) -> None:
+        if self.chain is not None:
+            lc.llama_sampler_free(self.chain)
+            self.chain = None
         if self.grammar is not None:
             lc.llama_sampler_free(self.grammar)
+            self.grammar = None

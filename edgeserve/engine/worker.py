@@ -10,6 +10,9 @@ One thread owns the backend (the llama.cpp model and context). Around it:
   both at the start of each step. With no live work it waits on that lock's condition: it
   never spins. An idle engine that gets a request waits `BURST_WINDOW_S` so a burst shares its
   first step. Idle housekeeping (freeing the scoring context) runs outside the lock.
+- Grammar-constrained sampling runs on grammar threads from a copy of the logit row (see
+  sampling.py): the choice sits out the steps until its token arrives, and the other streams
+  go on, so a slow grammar delays only its own answer.
 - Isolation: any exception while serving one job (sampling, a grammar, a score chunk, making
   its samplers) ends that job alone with EngineFault (500, logged with its traceback); the
   others go on. A decode that breaks the context (any status but 0 or 1) or a scheduler
@@ -66,6 +69,8 @@ SCORE_CONTEXT_IDLE_S = 30.0
 BURST_WINDOW_S = 0.01
 # Threads that render and tokenize prompts before they reach the engine thread.
 PREPARE_THREADS = 2
+# Threads that run grammar-constrained sampling (see sampling.py), off the engine thread.
+GRAMMAR_THREADS = 2
 
 BackendFactory = Callable[[EngineConfig], Backend]
 
@@ -110,6 +115,7 @@ class Engine:
         self.restarts = 0  # contexts made anew after a broken decode or a failed invariant
         self._last_progress = time.monotonic()
         self._prepare = ThreadPoolExecutor(PREPARE_THREADS, thread_name_prefix="edgeserve-prep")
+        self._grammar = ThreadPoolExecutor(GRAMMAR_THREADS, thread_name_prefix="edgeserve-grammar")
         self._thread = threading.Thread(target=self._run, name="edgeserve-engine", daemon=True)
 
     # ---- control (any thread) ---------------------------------------------------------------
@@ -154,6 +160,7 @@ class Engine:
             self._running = False
             self._cond.notify()
         self._prepare.shutdown(wait=False, cancel_futures=True)
+        self._grammar.shutdown(wait=False, cancel_futures=True)
         if self._thread.is_alive():
             self._thread.join(timeout)
 
@@ -356,13 +363,13 @@ class Engine:
         """Block until there is something to do; False when the thread should exit."""
         scheduler = self.scheduler
         assert scheduler is not None
-        was_idle = not scheduler.has_work()
+        was_idle = not scheduler.live_jobs()
         while True:
             with self._cond:
                 self._last_progress = time.monotonic()
                 if not self._running:
                     return False
-                if self._inbox or self._cancels or scheduler.has_work():
+                if self._inbox or self._cancels or scheduler.has_work() or self._arrived():
                     break
                 self._cond.wait(self._housekeeping_due())
             self._housekeeping()
@@ -372,6 +379,16 @@ class Engine:
                 while self._running and (left := deadline - time.monotonic()) > 0:
                     self._cond.wait(left)
         return True
+
+    def _arrived(self) -> bool:
+        """True when a detached sample has arrived."""
+        scheduler = self.scheduler
+        assert scheduler is not None
+        return any(
+            c.pending is not None and c.pending[0].done()
+            for job in scheduler.active
+            for c in job.choices
+        )
 
     def _housekeeping_due(self) -> float | None:
         """Seconds until idle housekeeping is due (None: nothing to do)."""
@@ -400,6 +417,7 @@ class Engine:
             scheduler.enqueue(job)
         for job in cancels:
             scheduler.cancel(job)
+        self._collect_samples()
         for job, exc in scheduler.admit(self._open_choices):
             self._fail(job, exc)
         plan = scheduler.plan(backend.batch)
@@ -454,9 +472,45 @@ class Engine:
             if job.state.ended or choice.done:
                 continue
             try:
-                self._on_token(job, choice, row)
+                self._sample(job, choice, row)
             except Exception as exc:
                 self._fail(job, exc)
+
+    def _sample(self, job: Job, choice: Choice, row: int) -> None:
+        """Sample output row `row` for `choice`: here, or (a grammar) on a grammar thread from
+        a copy of the row, the choice sitting out the steps until its token arrives."""
+        backend = self.backend
+        assert backend is not None
+        sampler = choice.sampler
+        if not sampler.detached:
+            self._on_token(job, choice, sampler.sample(row), backend.logit_row(row))
+            return
+        logits = backend.logit_row(row).copy()
+        future = self._grammar.submit(sampler.sample_logits, logits)
+        choice.pending = (future, logits)
+        future.add_done_callback(self._wake)
+
+    def _wake(self, _future: object) -> None:
+        with self._cond:
+            self._cond.notify()
+
+    def _collect_samples(self) -> None:
+        """Account for the detached samples that have arrived."""
+        scheduler = self.scheduler
+        assert scheduler is not None
+        for job in list(scheduler.active):
+            for choice in job.choices:
+                if choice.pending is None or not choice.pending[0].done():
+                    continue
+                future, logits = choice.pending
+                choice.pending = None
+                if job.state.ended or choice.done:
+                    continue
+                try:
+                    self._on_token(job, choice, future.result(), logits)
+                except Exception as exc:
+                    self._fail(job, exc)
+                    break
 
     def _relieve_kv(self) -> None:
         scheduler = self.scheduler
@@ -469,12 +523,11 @@ class Engine:
         elif outcome is not None:
             log.warning("KV cache full: request %d goes back to the queue", outcome.rid)
 
-    def _on_token(self, job: Job, choice: Choice, row: int) -> None:
-        """Sample output row `row` for `choice`, then account for the token: end of
-        generation, stop string, limits, or go on."""
+    def _on_token(self, job: Job, choice: Choice, token: int | None, logits: np.ndarray) -> None:
+        """Account for a sampled token (`logits`: the row it came from): end of generation,
+        stop string, limits, or go on."""
         backend = self.backend
         assert backend is not None
-        token = choice.sampler.sample(row)
         if token is None:  # the grammar allows nothing more
             self._finish(job, choice, "stop")
             return
@@ -483,7 +536,7 @@ class Engine:
         end = backend.is_eog(token)
         top_n = job.request.params.logprobs
         if top_n is not None and not end:
-            self._emit(job, self._describe(backend.logit_row(row), choice.index, token, top_n))
+            self._emit(job, self._describe(logits, choice.index, token, top_n))
         if end:
             self._finish(job, choice, "stop")
             return

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -27,6 +28,7 @@ FIRST_LETTER = 8  # tokens 8 … 33 are the letters a … z; the others are spac
 # A grammar text the fake "parses": "letters" allows letters only; these two misbehave.
 GRAMMAR_RAISES_ON_ADMIT = "raise on admit"
 GRAMMAR_RAISES_ON_SAMPLE = "raise on sample"
+GRAMMAR_SLOW = "slow"  # letters only, 0.3 s per token
 
 
 def history_logits(history: Sequence[int]) -> np.ndarray:
@@ -72,7 +74,7 @@ class FakeBatch:
 
 class FakeSampler:
     """Greedy or seeded sampling over the fake logits, with logit_bias and a letters-only
-    'grammar'."""
+    'grammar' (detached, as the real one: sampled from a copied row on a grammar thread)."""
 
     live = 0
 
@@ -88,14 +90,21 @@ class FakeSampler:
         self.rng = random.Random(seed + seed_offset)
         self.slow = False
         self.step_limit_s = 2.0
+        self.detached = gbnf is not None
         self.freed = False
         FakeSampler.live += 1
 
     def sample(self, row: int) -> int | None:
+        assert not self.detached, "a grammar sampler samples a copied row"
+        return self.sample_logits(self.backend.logit_row(row))
+
+    def sample_logits(self, row: np.ndarray) -> int | None:
         assert not self.freed, "sampling with a freed sampler"
         if self.gbnf == GRAMMAR_RAISES_ON_SAMPLE:
             raise RuntimeError("scripted failure while sampling")
-        logits = self.backend.logit_row(row).astype(np.float64)
+        if self.gbnf == GRAMMAR_SLOW:
+            time.sleep(0.3)
+        logits = row.astype(np.float64)
         for token, bias in self.params.logit_bias.items():
             logits[token] += bias
         if self.gbnf is not None:

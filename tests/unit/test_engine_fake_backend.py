@@ -33,6 +33,7 @@ from tests.unit.fake_backend import (
     EOS,
     GRAMMAR_RAISES_ON_ADMIT,
     GRAMMAR_RAISES_ON_SAMPLE,
+    GRAMMAR_SLOW,
     FakeBackend,
     FakeSampler,
 )
@@ -81,8 +82,10 @@ class Harness:
 
     def run_until_idle(self, limit: int = 500) -> int:
         for steps in range(limit):
-            if not self.scheduler.has_work() and not self.engine._inbox:
+            if not self.scheduler.live_jobs() and not self.engine._inbox:
                 return steps
+            if not self.scheduler.has_work():
+                time.sleep(0.001)  # a detached (grammar) sample is on its way
             self.engine.step()
         raise AssertionError("the engine did not go idle")
 
@@ -388,18 +391,80 @@ def test_the_engine_thread_waits_when_idle_after_a_cancel():
         engine.close()
 
 
+def grammar_request(gbnf: str, max_tokens: int = 5) -> GenerationRequest:
+    params = SamplingParams(
+        max_tokens=max_tokens, temperature=0, logit_bias=NO_EOS, grammar=GrammarSpec("gbnf", gbnf)
+    )
+    return GenerationRequest("constrained", params)
+
+
+def submit_with_grammar(engine: Engine, gbnf: str, put, max_tokens: int = 5) -> Job:
+    """Submit with a scripted grammar text (the real `prepare` would refuse it)."""
+    request = grammar_request(gbnf, max_tokens)
+    prompt = replace(engine.prepare(grammar_request("letters")), gbnf=gbnf)
+    return engine.submit(request, prompt, Sink(InlineLoop(), put))
+
+
+def test_a_slow_grammar_delays_only_its_own_answer():
+    engine = Engine(
+        EngineConfig(model_path="fake", n_ctx=512, parallel=4, n_batch=64),
+        backend_factory=FakeBackend,
+    )
+    engine.start()
+    try:
+        assert engine.wait_loaded(5)
+        timeline: list = []
+        slow: list = []
+
+        def put_slow(event) -> None:
+            slow.append(event)
+            timeline.append(("slow", event))
+
+        submit_with_grammar(engine, GRAMMAR_SLOW, put_slow, max_tokens=3)
+        request = GenerationRequest(
+            "free", SamplingParams(max_tokens=100, temperature=0, logit_bias=NO_EOS)
+        )
+        engine.submit(
+            request,
+            engine.prepare(request),
+            Sink(InlineLoop(), lambda e: timeline.append(("fast", e))),
+        )
+        deadline = time.monotonic() + 10
+        while not (finishes(slow) and any(isinstance(e, Finished) for _, e in timeline)):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        # Each grammar token takes 0.3 s; the free stream's 100 tokens all came meanwhile.
+        first_slow = next(i for i, (who, _) in enumerate(timeline) if who == "slow")
+        fast_done = next(i for i, (w, e) in enumerate(timeline) if isinstance(e, Finished))
+        assert fast_done < first_slow
+        assert finishes(slow) == {0: "length"} and answers(slow)[0].isalpha()
+    finally:
+        engine.close()
+
+
+def test_cancel_while_a_grammar_sample_is_in_flight():
+    h = Harness()
+    events: list = []
+    job = submit_with_grammar(h.engine, GRAMMAR_SLOW, events.append, max_tokens=50)
+    h.step(2)
+    assert job.lead.pending is not None
+    h.engine.cancel(job)
+    h.step()
+    assert job.state is JobState.CANCELLED and not h.scheduler.has_work()
+    time.sleep(0.4)  # the sample in flight returns into a cancelled job
+    h.step()
+    assert events == [] or not any(isinstance(e, Finished) for e in events)
+    h.assert_clean()
+
+
 # ---- failures stay with their request -------------------------------------------------------
 
 
 def test_a_sampler_that_cannot_be_made_fails_only_its_request():
     h = Harness()
     _, good = h.submit("fine", max_tokens=5)
-    request = GenerationRequest(
-        "bad", SamplingParams(max_tokens=5, grammar=GrammarSpec("gbnf", GRAMMAR_RAISES_ON_ADMIT))
-    )
-    prompt = replace(h.engine.prepare(request), gbnf=GRAMMAR_RAISES_ON_ADMIT)
     bad: list = []
-    h.engine.submit(request, prompt, Sink(InlineLoop(), bad.append))
+    submit_with_grammar(h.engine, GRAMMAR_RAISES_ON_ADMIT, bad.append)
     h.run_until_idle()
     assert len(bad) == 1 and isinstance(bad[0], EngineFault)
     assert finishes(good) == {0: "length"}
@@ -409,12 +474,8 @@ def test_a_sampler_that_cannot_be_made_fails_only_its_request():
 def test_a_sampling_exception_fails_only_its_request():
     h = Harness()
     _, good = h.submit("fine", max_tokens=5, n=2, temperature=1.0)
-    request = GenerationRequest(
-        "bad", SamplingParams(max_tokens=5, grammar=GrammarSpec("gbnf", GRAMMAR_RAISES_ON_SAMPLE))
-    )
-    prompt = replace(h.engine.prepare(request), gbnf=GRAMMAR_RAISES_ON_SAMPLE)
     bad: list = []
-    h.engine.submit(request, prompt, Sink(InlineLoop(), bad.append))
+    submit_with_grammar(h.engine, GRAMMAR_RAISES_ON_SAMPLE, bad.append)
     h.run_until_idle()
     assert isinstance(bad[-1], EngineFault)
     assert finishes(good) == {0: "length", 1: "length"}

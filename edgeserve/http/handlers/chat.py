@@ -20,7 +20,7 @@ from edgeserve.engine.types import (
     TokenLogprob,
 )
 from edgeserve.errors import EngineError
-from edgeserve.http.handlers.common import authenticated_body, engine_errors
+from edgeserve.http.handlers.common import authenticated_body, engine_errors, off_loop
 from edgeserve.http.keys import ENGINE, LIMITS, RECORD, SETTINGS
 from edgeserve.http.sse import EventStream
 from edgeserve.log import PROMPTS
@@ -33,11 +33,12 @@ prompt_log = logging.getLogger(PROMPTS)
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     """Validate everything first, wait for admission, then answer as JSON or as a stream."""
-    body = await authenticated_body(request)
-    req = validation.parse_chat_request(body)
+    body, large = await authenticated_body(request)
+    req = await off_loop(large, validation.parse_chat_request, body)
     engine = request.app[ENGINE]
     validation.check_can_generate(engine.can_generate)
-    work = await validation.prepare_chat(req, request.app[LIMITS])
+    checks = validation.prepare_chat(req, request.app[LIMITS])
+    work = await (off_loop(large, asyncio.run, checks) if large else checks)
     settings = request.app[SETTINGS]
     if settings.log_prompts:
         _log_prompt(request, work)

@@ -21,7 +21,7 @@ from edgeserve import responses, validation
 from edgeserve.engine.client import Generation
 from edgeserve.engine.types import Finished, PromptInfo, ScoreResult, TextDelta, TokenLogprob
 from edgeserve.errors import ApiError, EngineError
-from edgeserve.http.handlers.common import authenticated_body, engine_errors
+from edgeserve.http.handlers.common import authenticated_body, engine_errors, off_loop
 from edgeserve.http.keys import ENGINE, LIMITS, RECORD, SETTINGS
 from edgeserve.http.sse import EventStream
 from edgeserve.logprobs import AlignedLogprob, LogprobAligner, prompt_entries
@@ -31,11 +31,11 @@ from edgeserve.protocol import CompletionRequest
 async def completions(request: web.Request) -> web.StreamResponse:
     """Validate everything, submit one generation per prompt, wait until every prompt is
     admitted, then answer as JSON or as a stream."""
-    body = await authenticated_body(request)
-    req = validation.parse_completion_request(body)
+    body, large = await authenticated_body(request)
+    req = await off_loop(large, validation.parse_completion_request, body)
     engine = request.app[ENGINE]
     validation.check_can_generate(engine.can_generate)
-    works = validation.prepare_completion(req, request.app[LIMITS])
+    works = await off_loop(large, validation.prepare_completion, req, request.app[LIMITS])
     scoring = validation.echo_scoring(req)
     settings = request.app[SETTINGS]
     started = time.perf_counter()

@@ -7,15 +7,15 @@ import asyncio
 from aiohttp import web
 
 from edgeserve import responses, validation
-from edgeserve.http.handlers.common import authenticated_body, engine_errors
+from edgeserve.http.handlers.common import authenticated_body, engine_errors, off_loop
 from edgeserve.http.keys import ENGINE, LIMITS, RECORD, SETTINGS
 
 
 async def score_evaluation(request: web.Request) -> web.Response:
     """Validate, score in the engine thread (batched with chat), answer as the reference."""
-    body = await authenticated_body(request)
-    req = validation.parse_score_request(body)
-    work = validation.prepare_score(req, request.app[LIMITS])
+    body, large = await authenticated_body(request)
+    req = await off_loop(large, validation.parse_score_request, body)
+    work = await off_loop(large, validation.prepare_score, req, request.app[LIMITS])
     seconds = request.app[SETTINGS].request_timeout_s
     limit = asyncio.timeout(seconds)
     async with engine_errors(limit, seconds), limit:  # a cancelled score() aborts the work
