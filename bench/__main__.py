@@ -5,8 +5,8 @@
 For each concurrency N, the servers start together (`--parallel N`, same model, threads and
 context) and take turns under the same streaming load, the order rotating every round so that
 machine drift cancels (at N=1 llama-bench takes its turn too); then they stop. At N=1 the
-multi-turn chat case and the scoring comparison run as well; at the highest N, edgeserve takes
-a memory soak of short mixed requests. Prints the table and the
+multi-turn chat case, the scoring comparison and the abuse case (bench/abuse.py) run as well;
+at the highest N, edgeserve takes a memory soak of short mixed requests. Prints the table and the
 PRODUCT.md section 7 targets; writes bench/results/bench-<time>.json and .png.
 """
 
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import load, report, scoring, soak
+from bench import abuse, load, report, scoring, soak
 from bench.anchors import (
     ALL_SERVERS,
     EDGESERVE,
@@ -170,7 +170,7 @@ class Bench:
                 "idle_cpu_pct": cpu,
             }
         if c == 1:
-            for case in (self.multi_turn, self.scoring):
+            for case in (self.multi_turn, self.scoring, self.misbehaving_clients):
                 meter, started = CpuMeter(running), time.perf_counter()
                 await case(running)
                 if meter.other() > 0.2 * (time.perf_counter() - started):
@@ -290,6 +290,16 @@ class Bench:
             self.results["scoring"] = await scoring.compare(
                 es.url, self.setup.model, self.setup.threads, a.score_texts, 96
             )
+
+    async def misbehaving_clients(self, running: list[Server]) -> None:
+        """At --parallel 1: idle CPU after a disconnect, a stream's longest gap while three
+        hostile requests run (bench/abuse.py)."""
+        es = next((s for s in running if s.kind == EDGESERVE), None)
+        if es is None:
+            return
+        print("  abuse: a disconnect, then hostile requests beside a stream ...", flush=True)
+        await self.wait_quiet(running)
+        self.results["abuse"] = await abuse.abuse(es.url, es.cpu)
 
 
 class CpuMeter:

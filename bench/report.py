@@ -132,6 +132,17 @@ def table(results: dict[str, Any]) -> str:
             f" MiB at the end ({_mib(sk['rss_growth']):+.1f} MiB); "
             + ", ".join(f"{k}: {v}" for k, v in sk["outcomes"].items())
         )
+    ab = results.get("abuse")
+    if ab:
+        hostile = ", ".join(
+            f"{name} {r['status']} in {r['seconds']:.1f} s" for name, r in ab["hostile"].items()
+        )
+        lines.append(
+            f"abuse: idle CPU after a disconnect {ab['idle_cpu_pct_after_disconnect']:.1f}%; "
+            f"a stream's longest gap {_secs(ab['max_gap_s_during'])} while hostile requests ran "
+            f"({_secs(ab['max_gap_s_before'])} before): {hostile}; "
+            f"healthy after: {ab['healthy_after']}"
+        )
     lines.append("ratios: higher is better for tok/s, lower is better for TTFT, latency and RSS")
     noisy = results.get("noisy_runs") or []
     if noisy:
@@ -205,6 +216,19 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
                 f"{growth:+.1f} MiB",
             )
         )
+    ab = results.get("abuse")
+    if ab:
+        idle = ab["idle_cpu_pct_after_disconnect"]
+        out.append(("idle CPU after a disconnect <= 2%", idle <= 2.0, f"{idle:.1f}%"))
+        gap = ab["max_gap_s_during"]
+        out.append(
+            (
+                "a stream's longest gap < 1 s while hostile requests run",
+                None if gap is None else gap < 1.0,
+                _secs(gap),
+            )
+        )
+        out.append(("healthy after the hostile requests", ab["healthy_after"], ""))
     sc = results.get("scoring")
     if sc:
         out.append(("scoring >= 2x the Llama loop", sc["ratio"] >= 2, f"{sc['ratio']:.2f}x"))
@@ -216,6 +240,10 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
             )
         )
     return out
+
+
+def _secs(value: float | None) -> str:
+    return "not measured" if value is None else f"{value:.2f} s"
 
 
 def _cmp(

@@ -165,35 +165,6 @@ async def test_eight_concurrent_streams_complete(client):
         assert text
 
 
-async def wait_for_busy_slots(client, wanted: int, tries: int = 100) -> int:
-    """Poll /health until busy_slots == wanted (or give up); return the last value seen."""
-    busy = -1
-    for _ in range(tries):
-        busy = (await (await client.get("/health")).json())["busy_slots"]
-        if busy == wanted:
-            break
-        await asyncio.sleep(0.05)
-    return busy
-
-
-async def test_disconnect_mid_stream_frees_the_slot(client):
-    body = chat(max_tokens=400, temperature=0, logit_bias=EOS_BAN, stream=True)
-    resp = await client.post("/v1/chat/completions", json=body)
-    await resp.content.readuntil(b"\n\n")
-    await resp.content.readuntil(b"\n\n")
-    assert (await (await client.get("/health")).json())["busy_slots"] == 1
-    resp.close()
-    assert await wait_for_busy_slots(client, 0) == 0
-
-
-async def test_disconnect_non_stream_frees_the_slot(client):
-    body = chat(max_tokens=400, temperature=0, logit_bias=EOS_BAN)
-    task = asyncio.create_task(client.post("/v1/chat/completions", json=body))
-    assert await wait_for_busy_slots(client, 1) == 1
-    task.cancel()
-    assert await wait_for_busy_slots(client, 0) == 0
-
-
 async def test_context_overflow_is_400_naming_both_counts(client):
     long_text = "word " * 4000
     body = {"model": "m", "messages": [{"role": "user", "content": long_text}]}

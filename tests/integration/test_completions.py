@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 from tests.integration.conftest import EOS_BAN
+from tests.integration.engine_idle import assert_engine_idle
 from tests.integration.sse_client import parse_events
 
 URL = "/v1/completions"
@@ -169,17 +169,11 @@ async def test_422_and_401(make_client):
     assert await resp.json() == {"detail": "Invalid API key."}
 
 
-async def test_disconnect_frees_every_slot(client):
+async def test_disconnect_leaves_the_engine_idle(client, engine):
     many = body(prompt=["a", "b"], max_tokens=1000, logit_bias=EOS_BAN, stream=True)
     resp = await client.post(URL, json=many)
     await resp.content.readline()
     health = await (await client.get("/health")).json()
     assert health["busy_slots"] == 2
     resp.close()
-    busy = -1
-    for _ in range(40):
-        busy = (await (await client.get("/health")).json())["busy_slots"]
-        if busy == 0:
-            break
-        await asyncio.sleep(0.05)
-    assert busy == 0
+    await assert_engine_idle(engine)

@@ -9,8 +9,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from edgeserve.validation import Detail
 from tests.integration.conftest import EOS_BAN
+from tests.integration.engine_idle import assert_engine_idle
 from tests.integration.sse_client import parse_events
-from tests.integration.test_chat import chat, wait_for_busy_slots
+from tests.integration.test_chat import chat
 
 CHAT = "/v1/chat/completions"
 KEY = {"Authorization": "Bearer k"}
@@ -80,7 +81,7 @@ async def test_metrics_count_a_stream_and_a_score(client):
     assert sample(found, "llamacpp:tokens_predicted_total") == 4
 
 
-async def test_busy_slots_and_kv_cells_while_generating(client):
+async def test_busy_slots_and_kv_cells_while_generating(client, engine):
     body = chat(max_tokens=400, temperature=0, logit_bias=EOS_BAN, stream=True)
     resp = await client.post(CHAT, json=body)
     for _ in range(3):
@@ -90,7 +91,7 @@ async def test_busy_slots_and_kv_cells_while_generating(client):
     assert sample(found, "llamacpp:kv_cache_tokens") > 0
     assert 0 < sample(found, "llamacpp:kv_cache_usage_ratio") < 1
     resp.close()
-    assert await wait_for_busy_slots(client, 0) == 0
+    await assert_engine_idle(engine)
 
 
 async def test_errors_by_status_and_unknown_routes(client):
@@ -105,12 +106,12 @@ async def test_errors_by_status_and_unknown_routes(client):
     assert sample(found, "edgeserve_requests_total", route=CHAT, status="400") == 1
 
 
-async def test_a_client_that_goes_away_counts_as_499(client):
+async def test_a_client_that_goes_away_counts_as_499(client, engine):
     body = chat(max_tokens=400, temperature=0, logit_bias=EOS_BAN, stream=True)
     resp = await client.post(CHAT, json=body)
     await resp.content.readuntil(b"\n\n")
     resp.close()
-    assert await wait_for_busy_slots(client, 0) == 0
+    await assert_engine_idle(engine)
     for _ in range(100):
         found = await scrape(client)
         if sample(found, "edgeserve_errors_total", status="499"):
@@ -144,18 +145,18 @@ async def test_request_id_is_echoed_or_generated(client):
 TIMEOUT_DETAIL = Detail.REQUEST_TIMEOUT.format(seconds=0.3)
 
 
-async def test_non_stream_past_the_timeout_is_504_and_frees_the_slot(make_client):
+async def test_non_stream_past_the_timeout_is_504_and_frees_the_slot(make_client, engine):
     client = await make_client(request_timeout_s=0.3)
     body = chat(max_tokens=1000, temperature=0, logit_bias=EOS_BAN)
     resp = await client.post(CHAT, json=body)
     assert resp.status == 504
     assert await resp.json() == {"detail": TIMEOUT_DETAIL}
-    assert await wait_for_busy_slots(client, 0) == 0
+    await assert_engine_idle(engine)
     found = await scrape(client)
     assert sample(found, "edgeserve_errors_total", status="504") == 1
 
 
-async def test_stream_past_the_timeout_ends_with_an_error_event(make_client):
+async def test_stream_past_the_timeout_ends_with_an_error_event(make_client, engine):
     # Long enough for the stream to start even on a busy machine; far too short for its tokens.
     client = await make_client(request_timeout_s=2.0)
     body = chat(max_tokens=1500, temperature=0, logit_bias=EOS_BAN, stream=True)
@@ -166,7 +167,7 @@ async def test_stream_past_the_timeout_ends_with_an_error_event(make_client):
     detail = Detail.REQUEST_TIMEOUT.format(seconds=2.0)
     assert events[-1] == {"error": {"message": detail, "type": "server_error", "code": 504}}
     assert any(e.get("choices") and e["choices"][0]["delta"].get("content") for e in events)
-    assert await wait_for_busy_slots(client, 0) == 0
+    await assert_engine_idle(engine)
     found = await scrape(client)
     assert sample(found, "edgeserve_requests_total", route=CHAT, status="200") == 1
     assert sample(found, "edgeserve_errors_total", status="504") == 1

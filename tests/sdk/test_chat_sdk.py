@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import json
 
-import aiohttp
 import openai
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from tests.integration.conftest import EOS_BAN
+from tests.integration.engine_idle import assert_engine_idle
 from tests.sdk.conftest import base_url
 
 HELLO = [{"role": "user", "content": "Say hello."}]
@@ -227,25 +226,6 @@ async def test_authentication_error(make_server):
         await right.close()
 
 
-async def busy_slots(server) -> int:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.get(server.make_url("/health")) as resp,
-    ):
-        return json.loads(await resp.read())["busy_slots"]
-
-
-async def wait_until_idle(server, seconds: float = 2.0) -> int:
-    """Poll /health until no slot is busy or `seconds` have passed; the last count seen."""
-    busy = -1
-    for _ in range(int(seconds / 0.05)):
-        busy = await busy_slots(server)
-        if busy == 0:
-            break
-        await asyncio.sleep(0.05)
-    return busy
-
-
 LONG = {
     "model": "any-model",
     "messages": STORY,
@@ -256,16 +236,16 @@ LONG = {
 }
 
 
-async def test_async_stream_closed_early_frees_the_slot(server, aclient):
+async def test_async_stream_closed_early_leaves_the_engine_idle(engine, aclient):
     stream = await aclient.chat.completions.create(**LONG)
     received = [await stream.__anext__() for _ in range(3)]
     assert received[0].choices[0].delta.role == "assistant"
-    assert await busy_slots(server) == 1
+    assert engine.stats().busy_slots == 1
     await stream.close()
-    assert await wait_until_idle(server) == 0
+    await assert_engine_idle(engine)
 
 
-async def test_sync_stream_closed_early_frees_the_slot(server, sync_client):
+async def test_sync_stream_closed_early_leaves_the_engine_idle(engine, sync_client):
     def read_a_little_then_close() -> int:
         stream = sync_client.chat.completions.create(**LONG)
         count = 0
@@ -277,7 +257,7 @@ async def test_sync_stream_closed_early_frees_the_slot(server, sync_client):
         return count
 
     assert await asyncio.to_thread(read_a_little_then_close) == 3
-    assert await wait_until_idle(server) == 0
+    await assert_engine_idle(engine)
 
 
 async def test_models_list(aclient, sync_client):

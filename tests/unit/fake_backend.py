@@ -29,6 +29,7 @@ FIRST_LETTER = 8  # tokens 8 … 33 are the letters a … z; the others are spac
 GRAMMAR_RAISES_ON_ADMIT = "raise on admit"
 GRAMMAR_RAISES_ON_SAMPLE = "raise on sample"
 GRAMMAR_SLOW = "slow"  # letters only, 0.3 s per token
+SEED_RAISES = 666  # a sampler with this seed raises when it samples (on the engine thread)
 
 
 def history_logits(history: Sequence[int]) -> np.ndarray:
@@ -96,6 +97,8 @@ class FakeSampler:
 
     def sample(self, row: int) -> int | None:
         assert not self.detached, "a grammar sampler samples a copied row"
+        if self.params.seed == SEED_RAISES:
+            raise RuntimeError("scripted failure while sampling in place")
         return self.sample_logits(self.backend.logit_row(row))
 
     def sample_logits(self, row: np.ndarray) -> int | None:

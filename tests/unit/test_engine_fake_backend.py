@@ -34,6 +34,7 @@ from tests.unit.fake_backend import (
     GRAMMAR_RAISES_ON_ADMIT,
     GRAMMAR_RAISES_ON_SAMPLE,
     GRAMMAR_SLOW,
+    SEED_RAISES,
     FakeBackend,
     FakeSampler,
 )
@@ -346,7 +347,10 @@ def test_a_prompts_last_token_is_decoded_in_a_chunk_of_its_own():
     h.assert_clean()
 
 
-def test_the_burst_window_puts_simultaneous_requests_in_one_first_step():
+def test_the_burst_window_puts_simultaneous_requests_in_one_first_step(monkeypatch):
+    # Requests 20 ms apart (a burst, slowed down so that a loaded machine cannot blur it) reach
+    # an idle engine whose window is 200 ms: all three share the first step.
+    monkeypatch.setattr(worker, "BURST_WINDOW_S", 0.2)
     config = EngineConfig(model_path="fake", n_ctx=256, parallel=4, n_batch=64)
     engine = Engine(config, backend_factory=FakeBackend)
     engine.start()
@@ -357,6 +361,7 @@ def test_the_burst_window_puts_simultaneous_requests_in_one_first_step():
         for prompt in ("aaa", "bbb", "ccc"):
             request = GenerationRequest(prompt, SamplingParams(max_tokens=2, temperature=0))
             engine.submit(request, engine.prepare(request), sink)
+            time.sleep(0.02)
         for _ in range(200):
             if sum(isinstance(e, Finished) for e in events) == 3:
                 break
@@ -471,11 +476,15 @@ def test_a_sampler_that_cannot_be_made_fails_only_its_request():
     h.assert_clean()
 
 
-def test_a_sampling_exception_fails_only_its_request():
+@pytest.mark.parametrize("where", ["engine thread", "grammar thread"])
+def test_a_sampling_exception_fails_only_its_request(where):
     h = Harness()
     _, good = h.submit("fine", max_tokens=5, n=2, temperature=1.0)
-    bad: list = []
-    submit_with_grammar(h.engine, GRAMMAR_RAISES_ON_SAMPLE, bad.append)
+    if where == "grammar thread":
+        bad: list = []
+        submit_with_grammar(h.engine, GRAMMAR_RAISES_ON_SAMPLE, bad.append)
+    else:
+        _, bad = h.submit("bad", temperature=1.0, seed=SEED_RAISES)
     h.run_until_idle()
     assert isinstance(bad[-1], EngineFault)
     assert finishes(good) == {0: "length", 1: "length"}
