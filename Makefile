@@ -42,7 +42,7 @@ UNITDIR ?= $(PREFIX)/lib/systemd/system
 APP_DIR ?= $(CURDIR)
 SYSTEMD_PATHS = -e 's|/opt/edgeserve/.venv|$(abspath $(VENV))|g' -e 's|/opt/edgeserve|$(APP_DIR)|g'
 
-.PHONY: help serve test test-unit lint model install install-cuda install-metal install-systemd clean
+.PHONY: help serve test test-unit test-tools lint model install install-cuda install-metal install-systemd clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -50,8 +50,20 @@ help: ## list the targets
 serve: install model ## set up everything (venv, build, default model) and serve on $(HOST):$(PORT)
 	$(VENV)/bin/edgeserve serve --model $(MODEL) --host $(HOST) --port $(PORT)
 
-test: install model ## set up what the tests need and run the whole suite
+test: install model test-tools ## set up what the tests need and run the whole suite
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The deploy tests drive nginx and haproxy; as root they are installed from Debian's packages
+# when missing (elsewhere, or if that fails, those tests are skipped and say why).
+test-tools:
+	@missing=""; command -v nginx >/dev/null || missing="$$missing nginx-light"; \
+	command -v haproxy >/dev/null || missing="$$missing haproxy"; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing$$missing for the deploy tests"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends $$missing) >/dev/null 2>&1 \
+			|| echo "warning: could not install$$missing; the tests that need it are skipped"; \
+	fi
 
 test-unit: install ## only the fast tests that need no model
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

@@ -69,17 +69,21 @@ def hostile_bodies() -> list[tuple[str, str, dict[str, Any]]]:
     ]
 
 
-async def _stream_gaps(session: aiohttp.ClientSession, url: str, stop: asyncio.Event) -> list:
-    """Run one long stream until `stop`; the arrival time of each event."""
-    body = {
+def _story(max_tokens: int) -> dict[str, Any]:
+    """A streamed chat that runs to `max_tokens` (end-of-generation tokens banned)."""
+    return {
         "model": "m",
         "messages": [{"role": "user", "content": "Tell a long story."}],
-        "max_tokens": 4000,
+        "max_tokens": max_tokens,
         "stream": True,
         "logit_bias": NO_EOG,
     }
+
+
+async def _stream_gaps(session: aiohttp.ClientSession, url: str, stop: asyncio.Event) -> list:
+    """Run one long stream until `stop`; the arrival time of each event."""
     times: list[float] = []
-    async with session.post(f"{url}/v1/chat/completions", json=body) as resp:
+    async with session.post(f"{url}/v1/chat/completions", json=_story(4000)) as resp:
         async for line in resp.content:
             if line.startswith(b"data:"):
                 times.append(time.perf_counter())
@@ -100,14 +104,7 @@ async def _send(session: aiohttp.ClientSession, url: str, path: str, body: Any) 
 async def abuse(url: str, cpu_seconds: Callable[[], float]) -> dict[str, Any]:
     """Run the three checks against edgeserve at `url` (`cpu_seconds`: its CPU time)."""
     async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
-        body = {
-            "model": "m",
-            "messages": [{"role": "user", "content": "Tell a story."}],
-            "max_tokens": 400,
-            "stream": True,
-            "logit_bias": NO_EOG,
-        }
-        resp = await session.post(f"{url}/v1/chat/completions", json=body)
+        resp = await session.post(f"{url}/v1/chat/completions", json=_story(400))
         for _ in range(5):
             await resp.content.readuntil(b"\n\n")
         resp.close()

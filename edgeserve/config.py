@@ -303,8 +303,8 @@ class Settings:
     engine_stall_s: float = _setting(
         120.0,
         _seconds(allow_zero=False),
-        "exit (for the supervisor to restart) when the engine thread makes no step for this "
-        "long while it has work",
+        "exit (for the supervisor to restart) when one engine step lasts this long (the engine "
+        "thread is stuck)",
         "SECONDS",
     )
     ping_interval_s: float = _setting(

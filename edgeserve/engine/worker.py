@@ -113,7 +113,7 @@ class Engine:
         self._counters = _Counters()
         self.steps = 0  # decodes run (generation and scoring)
         self.restarts = 0  # contexts made anew after a broken decode or a failed invariant
-        self._last_progress = time.monotonic()
+        self._step_started: float | None = None
         self._prepare = ThreadPoolExecutor(PREPARE_THREADS, thread_name_prefix="edgeserve-prep")
         self._grammar = ThreadPoolExecutor(GRAMMAR_THREADS, thread_name_prefix="edgeserve-grammar")
         self._thread = threading.Thread(target=self._run, name="edgeserve-engine", daemon=True)
@@ -165,14 +165,11 @@ class Engine:
             self._thread.join(timeout)
 
     def stalled_for(self) -> float:
-        """Seconds since the thread last finished a step while it has work (0 when idle or
-        progressing): a wedged engine thread shows here, not as a blocked event loop."""
-        with self._cond:
-            busy = bool(self._inbox or self._cancels or self._queued) or (
-                self._counters.busy_slots > 0
-            )
-            last = self._last_progress
-        return max(0.0, time.monotonic() - last) if busy and self._thread.is_alive() else 0.0
+        """Seconds the thread has spent inside its current step (0 between steps): a thread
+        stuck in llama.cpp shows here. Waiting for work, or for a grammar thread's sample,
+        is not a stall."""
+        started = self._step_started
+        return 0.0 if started is None else max(0.0, time.monotonic() - started)
 
     def stats(self) -> EngineStats:
         """A snapshot for /health and /metrics."""
@@ -351,7 +348,9 @@ class Engine:
         assert backend is not None
         try:
             while self._wait_for_work():
+                self._step_started = time.monotonic()
                 self.step()
+                self._step_started = None
         except Exception:
             log.exception("engine thread crashed")
             self._fail_all(EngineFault("the engine stopped after an internal error"))
@@ -366,7 +365,6 @@ class Engine:
         was_idle = not scheduler.live_jobs()
         while True:
             with self._cond:
-                self._last_progress = time.monotonic()
                 if not self._running:
                     return False
                 if self._inbox or self._cancels or scheduler.has_work() or self._arrived():

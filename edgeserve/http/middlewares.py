@@ -12,7 +12,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from edgeserve import responses, validation
-from edgeserve.errors import ApiError
+from edgeserve.errors import ApiError, EngineFault, EngineRestarted
 from edgeserve.http.keys import KNOWN_PATHS, METRICS, RECORD, SETTINGS, RequestRecord
 from edgeserve.metrics import CLIENT_CLOSED, OTHER_ROUTE
 
@@ -155,6 +155,8 @@ async def api_errors(request: web.Request, handler: Handler) -> web.StreamRespon
     try:
         return await handler(request)
     except ApiError as err:
+        if isinstance(err.__cause__, EngineFault | EngineRestarted):
+            http_log.error("request %s: %s", request[RECORD].request_id, err.__cause__)
         return error_response(err)
     except web.HTTPNotFound:
         path = request.path

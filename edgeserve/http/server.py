@@ -5,9 +5,9 @@ over `$NOTIFY_SOCKET`: READY=1 once the socket is bound and the model has loaded
 from the event loop at half of `$WATCHDOG_USEC` (so a stuck loop gets the service restarted),
 STOPPING=1 when the drain begins, and STATUS= lines along the way.
 
-The engine thread is watched too: when it has work but has finished no step for
-`--engine-stall-s` (stuck inside llama.cpp), the watchdog pings stop and the process drains and
-exits 1, as it does when the engine thread dies, so that a supervisor restarts it.
+The engine thread is watched too: when one of its steps lasts `--engine-stall-s` (stuck inside
+llama.cpp), the watchdog pings stop and the process drains and exits 1, as it does when the
+engine thread dies, so that a supervisor restarts it.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ async def _watchdog(interval: float, engine: Engine, stall_s: float) -> None:
 
 
 async def _engine_wedged(engine: Engine, stall_s: float) -> None:
-    """Return once the engine thread has had work and made no step for `stall_s`."""
+    """Return once one engine step has lasted `stall_s`."""
     while (stalled := engine.stalled_for()) < stall_s:
         await asyncio.sleep(max(0.05, min(1.0, stall_s - stalled)))
 
@@ -106,7 +106,7 @@ async def _serve(settings: Settings, engine: Engine | None = None) -> int:
             code = 1
         else:
             log.error(
-                "the engine thread made no step for %.0fs while it had work; exiting so a "
+                "an engine step has lasted %.0fs (the engine thread is stuck); exiting so a "
                 "supervisor restarts us",
                 stall_s,
             )

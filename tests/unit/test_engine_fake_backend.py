@@ -5,6 +5,7 @@ ends by asserting that never happened."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -347,15 +348,24 @@ def test_a_prompts_last_token_is_decoded_in_a_chunk_of_its_own():
     h.assert_clean()
 
 
+@contextlib.contextmanager
+def threaded_engine(**config) -> Iterator[Engine]:
+    """An Engine on FakeBackend with its own thread, as the server runs it."""
+    defaults = {"model_path": "fake", "n_ctx": 256, "parallel": 4, "n_batch": 64}
+    engine = Engine(EngineConfig(**{**defaults, **config}), backend_factory=FakeBackend)
+    engine.start()
+    try:
+        assert engine.wait_loaded(5)
+        yield engine
+    finally:
+        engine.close()
+
+
 def test_the_burst_window_puts_simultaneous_requests_in_one_first_step(monkeypatch):
     # Requests 20 ms apart (a burst, slowed down so that a loaded machine cannot blur it) reach
     # an idle engine whose window is 200 ms: all three share the first step.
     monkeypatch.setattr(worker, "BURST_WINDOW_S", 0.2)
-    config = EngineConfig(model_path="fake", n_ctx=256, parallel=4, n_batch=64)
-    engine = Engine(config, backend_factory=FakeBackend)
-    engine.start()
-    try:
-        assert engine.wait_loaded(5)
+    with threaded_engine() as engine:
         events: list = []
         sink = Sink(InlineLoop(), events.append)
         for prompt in ("aaa", "bbb", "ccc"):
@@ -368,16 +378,10 @@ def test_the_burst_window_puts_simultaneous_requests_in_one_first_step(monkeypat
             time.sleep(0.01)
         first = engine.backend.decodes[0]  # type: ignore[union-attr]
         assert {seq for _, _, seq, _ in first} == {0, 1, 2}
-    finally:
-        engine.close()
 
 
 def test_the_engine_thread_waits_when_idle_after_a_cancel():
-    config = EngineConfig(model_path="fake", n_ctx=256, parallel=4, n_batch=64)
-    engine = Engine(config, backend_factory=FakeBackend)
-    engine.start()
-    try:
-        assert engine.wait_loaded(5)
+    with threaded_engine() as engine:
         events: list = []
         request = GenerationRequest(
             "go", SamplingParams(max_tokens=100000, temperature=0, logit_bias=NO_EOS)
@@ -391,9 +395,6 @@ def test_the_engine_thread_waits_when_idle_after_a_cancel():
         time.sleep(0.2)
         assert engine.steps == before, "the engine kept stepping with nothing to do"
         assert engine.stalled_for() == 0.0
-        assert threading.active_count() >= 2
-    finally:
-        engine.close()
 
 
 def grammar_request(gbnf: str, max_tokens: int = 5) -> GenerationRequest:
@@ -411,13 +412,7 @@ def submit_with_grammar(engine: Engine, gbnf: str, put, max_tokens: int = 5) -> 
 
 
 def test_a_slow_grammar_delays_only_its_own_answer():
-    engine = Engine(
-        EngineConfig(model_path="fake", n_ctx=512, parallel=4, n_batch=64),
-        backend_factory=FakeBackend,
-    )
-    engine.start()
-    try:
-        assert engine.wait_loaded(5)
+    with threaded_engine(n_ctx=512) as engine:
         timeline: list = []
         slow: list = []
 
@@ -443,8 +438,6 @@ def test_a_slow_grammar_delays_only_its_own_answer():
         fast_done = next(i for i, (w, e) in enumerate(timeline) if isinstance(e, Finished))
         assert fast_done < first_slow
         assert finishes(slow) == {0: "length"} and answers(slow)[0].isalpha()
-    finally:
-        engine.close()
 
 
 def test_cancel_while_a_grammar_sample_is_in_flight():
