@@ -5,8 +5,8 @@
 For each concurrency N, the servers start together (`--parallel N`, same model, threads and
 context) and take turns under the same streaming load, the order rotating every round so that
 machine drift cancels (at N=1 llama-bench takes its turn too); then they stop. At N=1 the
-multi-turn chat case, the scoring comparison and the abuse case (bench/abuse.py) run as well;
-at the highest N, edgeserve takes a memory soak of short mixed requests. Prints the table and the
+multi-turn chat case and the scoring comparison run as well; at the highest N, edgeserve takes
+the abuse case (bench/abuse.py) and a memory soak of short mixed requests. Prints the table and the
 PRODUCT.md section 7 targets; writes bench/results/bench-<time>.json and .png.
 """
 
@@ -170,7 +170,7 @@ class Bench:
                 "idle_cpu_pct": cpu,
             }
         if c == 1:
-            for case in (self.multi_turn, self.scoring, self.misbehaving_clients):
+            for case in (self.multi_turn, self.scoring):
                 meter, started = CpuMeter(running), time.perf_counter()
                 await case(running)
                 if meter.other() > 0.2 * (time.perf_counter() - started):
@@ -179,6 +179,8 @@ class Bench:
                     rss = server.rss().get("VmRSS")
                     memory[server.kind][f"rss_after_{case.__name__}"] = rss
         if c == max(self.levels):
+            if c > 1:  # the hostile requests must run beside the stream, not queue behind it
+                await self.misbehaving_clients(running)
             await self.soak(running, c)
         for server in running:
             self.results["memory"][f"{server.kind}@{c}"] = memory[server.kind]
@@ -292,8 +294,8 @@ class Bench:
             )
 
     async def misbehaving_clients(self, running: list[Server]) -> None:
-        """At --parallel 1: idle CPU after a disconnect, a stream's longest gap while three
-        hostile requests run (bench/abuse.py)."""
+        """At the highest concurrency: idle CPU after a disconnect, a stream's longest gap
+        while three hostile requests run beside it (bench/abuse.py)."""
         es = next((s for s in running if s.kind == EDGESERVE), None)
         if es is None:
             return

@@ -10,8 +10,8 @@ prefix with its prompt (the prefix cache), the other choices get cleared sequenc
 of the lead's KV once the prompt is in.
 
 Each generation step is ONE decode holding the next token of every generating choice plus
-chunks of waiting prompts (a prompt's last token always in a chunk of its own, see
-`_plan_generation`): up to the batch's room while nothing generates, else
+chunks of waiting prompts (a prompt alone in the engine decodes its last token in a chunk of its
+own, see `_plan_generation`): up to the batch's room while nothing generates, else
 `prefill_chunk` tokens (times how many prefilling prompts there are per generating request),
 so a newcomer's prefill delays running streams by ~0.1 s per step instead of a whole prompt.
 Score requests alternate with generation steps: one chunk of one text per turn, decoded alone
@@ -299,13 +299,15 @@ class Scheduler:
         budget = batch.room
         if generating:
             budget = min(budget, self.prefill_chunk * max(1, -(-len(prefilling) // generating)))
+        # Alone in the engine, a prompt's last token (whose row gives the first answer token)
+        # is decoded in a step of its own, as it is after a prefix-cache hit: llama.cpp's CPU
+        # kernels give a row different values inside a multi-row chunk, so a cold prompt would
+        # otherwise answer differently from the same prompt found in the cache. Beside other
+        # work the batch varies anyway, and the extra step would only delay first tokens.
+        quiet = not generating and len(prefilling) == 1
         for job in prefilling:
             left = len(job.tokens) - job.prefilled
-            # The prompt's last token (whose row gives the first answer token) is decoded in a
-            # step of its own, as it is after a prefix-cache hit: llama.cpp's CPU kernels give
-            # a row different values inside a multi-row chunk, so a cold prompt would otherwise
-            # answer differently from the same prompt found in the cache.
-            take = min(batch.room, budget, left - 1 if left > 1 else 1)
+            take = min(batch.room, budget, left - 1 if quiet and left > 1 else left)
             if take <= 0:
                 break
             budget -= take

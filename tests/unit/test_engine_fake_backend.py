@@ -249,13 +249,13 @@ def test_warm_prefix_cache_answers_like_a_cold_engine():
 
 def test_kv_full_ends_a_generating_choice_never_a_prefilling_lead():
     # 128 cells, a 32-cell share each. A stream runs past its share; an n=2 request with a
-    # 71-token prompt is admitted beside it and prefills. Its last token does not fit: its
-    # lead then holds more cells (70) than the stream (58), yet the stream is what ends
+    # 72-token prompt is admitted beside it and prefills. Its last chunk does not fit: its
+    # lead then holds more cells (64) than the stream (57), yet the stream is what ends
     # ("length"), and the two answers are those of a cold engine.
     h = Harness(n_ctx=128, parallel=4, n_batch=16)
     _, stream = h.submit("xxx", max_tokens=300, temperature=1.0, seed=1)
     h.step(46)
-    prompt = "y" * 70
+    prompt = "y" * 71
     job, events = h.submit(prompt, n=2, temperature=1.0, seed=3, max_tokens=2)
     for _ in range(10):
         h.step()
