@@ -3,9 +3,9 @@
 One thread owns the backend (the llama.cpp model and context). Around it:
 
 - Preparation happens before a request reaches the thread: rendering the chat template,
-  tokenizing and checking a grammar run on a small pool of prepare threads (`prepare_async`),
-  so a 100,000-message conversation or an 8 MiB score body never holds the engine thread.
-  A prompt that cannot fit is refused by a byte-count bound before it is tokenized.
+  tokenizing and checking a grammar (prepare.py) run on a small pool of prepare threads
+  (`prepare_async`), so a 100,000-message conversation or an 8 MiB score body never holds the
+  engine thread.
 - `submit` and `cancel` (any thread) only append to the inbox under one lock; the thread takes
   both at the start of each step. With no live work it waits on that lock's condition: it
   never spins. An idle engine that gets a request waits `BURST_WINDOW_S` so a burst shares its
@@ -37,10 +37,9 @@ import numpy as np
 from edgeserve.engine.backend import Backend, LlamaBackend
 from edgeserve.engine.jobs import AnyJob, Choice, Job, Prompt, ScoreJob, Sink
 from edgeserve.engine.policy import GenerationPlan, InvariantError, Scheduler, ScorePlan
-from edgeserve.engine.sampling import grammar_text
+from edgeserve.engine.prepare import prepare_generation, prepare_score
 from edgeserve.engine.scoring import LogSoftmax, TextState
 from edgeserve.engine.types import (
-    ChatPrompt,
     EngineConfig,
     EngineStats,
     Finished,
@@ -56,7 +55,6 @@ from edgeserve.errors import (
     EngineOverloaded,
     EngineRestarted,
     EngineStopped,
-    PromptTooLong,
     RequestTooLarge,
 )
 
@@ -224,59 +222,13 @@ class Engine:
             raise EngineStopped("the model is not loaded")
         return backend
 
-    def _at_least_tokens(self, text: str) -> int:
-        """A lower bound on the tokens of `text`, from its UTF-8 size alone."""
-        return len(text.encode("utf-8", "surrogatepass")) // self._ready_backend().max_piece_bytes
-
     def prepare(self, request: GenerationRequest) -> Prompt:
-        """Render, bound, tokenize and size a generation; check its grammar."""
-        backend = self._ready_backend()
-        n_ctx = backend.n_ctx
-        chat = isinstance(request.prompt, ChatPrompt)
-        text = (
-            backend.render(request.prompt)
-            if isinstance(request.prompt, ChatPrompt)
-            else (request.prompt)
-        )
-        bound = self._at_least_tokens(text)
-        if bound >= n_ctx:
-            raise PromptTooLong(bound, n_ctx, at_least=True)
-        tokens = backend.tokenize(text, add_special=not chat, parse_special=chat)
-        if chat and backend.add_bos and (not tokens or tokens[0] != backend.bos):
-            tokens.insert(0, backend.bos)
-        n_prompt = len(tokens)
-        if n_prompt >= n_ctx:
-            raise PromptTooLong(n_prompt, n_ctx)
-        gbnf = None
-        if request.params.grammar is not None:
-            gbnf = grammar_text(request.params.grammar)
-            backend.check_grammar(gbnf)
-        room = n_ctx - n_prompt
-        wanted = request.params.max_tokens
-        max_new = min(wanted, room) if wanted is not None else room
-        share = max(1, n_ctx // self.config.parallel)
-        reserve = min(n_ctx, n_prompt + request.n * min(max_new, share))
-        return Prompt(tokens, max_new, reserve, gbnf)
+        """Render, bound, tokenize and size a generation (see prepare.py); any thread."""
+        return prepare_generation(self._ready_backend(), self.config, request)
 
     def prepare_score(self, request: ScoreRequest) -> list[TextState]:
-        """Tokenize each text (truncated to max_length), checking the limits as it goes."""
-        backend = self._ready_backend()
-        n_ctx = backend.n_ctx
-        texts: list[TextState] = []
-        total = 0
-        for index, text in enumerate(request.texts):
-            if request.max_length is None and (bound := self._at_least_tokens(text)) > n_ctx:
-                raise PromptTooLong(bound, n_ctx, index=index, at_least=True)
-            tokens = backend.tokenize(text, add_special=True, parse_special=False)
-            if request.max_length is not None:
-                tokens = tokens[: request.max_length]
-            if len(tokens) > n_ctx:
-                raise PromptTooLong(len(tokens), n_ctx, index=index)
-            total += len(tokens)
-            if total > self.config.max_score_tokens:
-                raise RequestTooLarge("tokens", total, self.config.max_score_tokens)
-            texts.append(TextState(tokens, classify=backend.is_classifier))
-        return texts
+        """Tokenize a score request's texts (see prepare.py); any thread."""
+        return prepare_score(self._ready_backend(), self.config, request)
 
     # ---- submission (any thread) ------------------------------------------------------------
 
