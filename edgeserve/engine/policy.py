@@ -341,11 +341,13 @@ class Scheduler:
 
     # ---- checks -----------------------------------------------------------------------------
 
-    def check_invariants(self) -> None:
+    def check_invariants(self) -> int:
         """Raise InvariantError unless: each sequence id is owned by at most one live choice or
         is free, never both; every stored sequence is contiguous from position 0 and ends
         where its owner's next token goes; no ended job is in a live collection; the
-        reservations add up."""
+        reservations add up. Returns the KV cells the sequences hold, as read from the cache
+        (each sequence is read once)."""
+        cells = 0
         owners: dict[int, tuple[int, int]] = {}
         for job in self.active:
             _expect(
@@ -359,14 +361,15 @@ class Scheduler:
                 _expect(seq not in owners, f"sequence {seq} has two owners")
                 _expect(seq not in self.slots, f"sequence {seq} is owned and free")
                 owners[seq] = (job.rid, choice.index)
-                self._expect_cells(seq, choice.n_past, f"job {job.rid} choice {choice.index}")
+                who = f"job {job.rid} choice {choice.index}"
+                cells += self._expect_cells(seq, choice.n_past, who)
             if job.state is JobState.PREFILLING:
                 _expect(
                     job.lead.n_past == job.prefilled, f"job {job.rid} lead is not at its prefill"
                 )
         for seq in range(self.n_seq):
             if seq in self.slots:
-                self._expect_cells(seq, len(self.slots.held(seq)), "free")
+                cells += self._expect_cells(seq, len(self.slots.held(seq)), "free")
             else:
                 _expect(seq in owners, f"sequence {seq} is neither owned nor free")
         for job in self.waiting:
@@ -375,8 +378,10 @@ class Scheduler:
             _expect(sjob.state is JobState.GENERATING, f"score job {sjob.rid} is not running")
         reserved = sum(job.prompt.reserve for job in self.active)
         _expect(self.reserved == reserved, f"reserved {self.reserved} != {reserved} live")
+        return cells
 
-    def _expect_cells(self, seq: int, n_past: int, who: str) -> None:
+    def _expect_cells(self, seq: int, n_past: int, who: str) -> int:
+        """Check that `seq` holds exactly positions 0 … n_past-1; returns how many it holds."""
         first, last = self.kv.seq_pos_range(seq)
         if n_past == 0:
             _expect(last < 0, f"sequence {seq} ({who}) should be empty, holds up to {last}")
@@ -385,6 +390,7 @@ class Scheduler:
                 first == 0 and last == n_past - 1,
                 f"sequence {seq} ({who}) holds [{first}, {last}], expected [0, {n_past - 1}]",
             )
+        return n_past
 
 
 def _expect(ok: bool, message: str) -> None:

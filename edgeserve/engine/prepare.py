@@ -22,8 +22,10 @@ from edgeserve.errors import PromptTooLong, RequestTooLarge
 
 
 def at_least_tokens(backend: Backend, text: str) -> int:
-    """A lower bound on the tokens of `text`, from its UTF-8 size alone."""
-    return len(text.encode("utf-8", "surrogatepass")) // backend.max_piece_bytes
+    """A lower bound on the tokens of `text`, from its UTF-8 size alone (0 for a text shorter
+    than the context in bytes, which the bound could never refuse)."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    return size // backend.max_piece_bytes if size >= backend.n_ctx else 0
 
 
 def prepare_generation(
@@ -32,12 +34,10 @@ def prepare_generation(
     """Render, bound, tokenize and size a generation; check its grammar. Raises
     PromptTooLong or InvalidPrompt."""
     n_ctx = backend.n_ctx
-    chat = isinstance(request.prompt, ChatPrompt)
-    text = (
-        backend.render(request.prompt)
-        if isinstance(request.prompt, ChatPrompt)
-        else (request.prompt)
-    )
+    if isinstance(request.prompt, ChatPrompt):
+        chat, text = True, backend.render(request.prompt)
+    else:
+        chat, text = False, request.prompt
     bound = at_least_tokens(backend, text)
     if bound >= n_ctx:
         raise PromptTooLong(bound, n_ctx, at_least=True)

@@ -289,7 +289,7 @@ class Engine:
         )
         self._softmax = LogSoftmax(backend.n_vocab)
         self.backend = backend
-        self._publish()
+        self._publish(0)
         self._loaded.set()
         return True
 
@@ -319,7 +319,7 @@ class Engine:
             with self._cond:
                 if not self._running:
                     return False
-                if self._inbox or self._cancels or scheduler.has_work() or self._arrived():
+                if self._inbox or self._cancels or scheduler.has_work() or self._arrivals():
                     break
                 self._cond.wait(self._housekeeping_due())
             self._housekeeping()
@@ -329,16 +329,6 @@ class Engine:
                 while self._running and (left := deadline - time.monotonic()) > 0:
                     self._cond.wait(left)
         return True
-
-    def _arrived(self) -> bool:
-        """True when a detached sample has arrived."""
-        scheduler = self.scheduler
-        assert scheduler is not None
-        return any(
-            c.pending is not None and c.pending[0].done()
-            for job in scheduler.active
-            for c in job.choices
-        )
 
     def _housekeeping_due(self) -> float | None:
         """Seconds until idle housekeeping is due (None: nothing to do)."""
@@ -376,12 +366,13 @@ class Engine:
         elif plan is not None:
             self._generate(plan)
         try:
-            scheduler.check_invariants()
+            kv_cells = scheduler.check_invariants()
         except InvariantError as exc:
             self._restart(f"a scheduler invariant failed ({exc})")
+            kv_cells = 0  # the new context is empty
         with self._cond:
             self._queued = len(scheduler.waiting)
-        self._publish()
+        self._publish(kv_cells)
         self._flush()
 
     def _open_choices(self, job: Job, seqs: list[int]) -> list[Choice]:
@@ -433,7 +424,10 @@ class Engine:
         assert backend is not None
         sampler = choice.sampler
         if not sampler.detached:
-            self._on_token(job, choice, sampler.sample(row), backend.logit_row(row))
+            wanted = job.request.params.logprobs is not None
+            self._on_token(
+                job, choice, sampler.sample(row), backend.logit_row(row) if wanted else None
+            )
             return
         logits = backend.logit_row(row).copy()
         future = self._grammar.submit(sampler.sample_logits, logits)
@@ -444,23 +438,29 @@ class Engine:
         with self._cond:
             self._cond.notify()
 
-    def _collect_samples(self) -> None:
-        """Account for the detached samples that have arrived."""
+    def _arrivals(self) -> list[tuple[Job, Choice]]:
+        """The choices whose detached sample has arrived."""
         scheduler = self.scheduler
         assert scheduler is not None
-        for job in list(scheduler.active):
-            for choice in job.choices:
-                if choice.pending is None or not choice.pending[0].done():
-                    continue
-                future, logits = choice.pending
-                choice.pending = None
-                if job.state.ended or choice.done:
-                    continue
-                try:
-                    self._on_token(job, choice, future.result(), logits)
-                except Exception as exc:
-                    self._fail(job, exc)
-                    break
+        return [
+            (job, choice)
+            for job in scheduler.active
+            for choice in job.choices
+            if choice.pending is not None and choice.pending[0].done()
+        ]
+
+    def _collect_samples(self) -> None:
+        """Account for the detached samples that have arrived."""
+        for job, choice in self._arrivals():
+            assert choice.pending is not None
+            future, logits = choice.pending
+            choice.pending = None
+            if job.state.ended or choice.done:
+                continue
+            try:
+                self._on_token(job, choice, future.result(), logits)
+            except Exception as exc:
+                self._fail(job, exc)
 
     def _relieve_kv(self) -> None:
         scheduler = self.scheduler
@@ -473,9 +473,11 @@ class Engine:
         elif outcome is not None:
             log.warning("KV cache full: request %d goes back to the queue", outcome.rid)
 
-    def _on_token(self, job: Job, choice: Choice, token: int | None, logits: np.ndarray) -> None:
-        """Account for a sampled token (`logits`: the row it came from): end of generation,
-        stop string, limits, or go on."""
+    def _on_token(
+        self, job: Job, choice: Choice, token: int | None, logits: np.ndarray | None
+    ) -> None:
+        """Account for a sampled token (`logits`: the row it came from, when log-probs are
+        asked): end of generation, stop string, limits, or go on."""
         backend = self.backend
         assert backend is not None
         if token is None:  # the grammar allows nothing more
@@ -486,6 +488,7 @@ class Engine:
         end = backend.is_eog(token)
         top_n = job.request.params.logprobs
         if top_n is not None and not end:
+            assert logits is not None
             self._emit(job, self._describe(logits, choice.index, token, top_n))
         if end:
             self._finish(job, choice, "stop")
@@ -620,25 +623,20 @@ class Engine:
                 scheduler.cancel(job)
         for job in leftovers:
             self._emit(job, exc)
-        self._publish()
+        self._publish(self._counters.kv_cells_used)
         self._flush()
 
     # ---- delivery ---------------------------------------------------------------------------
 
-    def _publish(self) -> None:
-        """Counters for `stats()`, read from the scheduler and the KV cache itself."""
+    def _publish(self, kv_cells: int) -> None:
+        """Counters for `stats()`: the scheduler's, and `kv_cells` as the invariant check read
+        them from the KV cache itself."""
         scheduler = self.scheduler
-        backend = self.backend
-        if scheduler is None or backend is None:
+        if scheduler is None:
             return
-        cells = 0
-        for seq in range(scheduler.n_seq):
-            first, last = backend.seq_pos_range(seq)
-            if last >= 0:
-                cells += last - first + 1
         self._counters = _Counters(
             busy_slots=scheduler.n_seq - len(scheduler.slots),
-            kv_cells_used=cells,
+            kv_cells_used=kv_cells,
             prefix_cache_cells=scheduler.slots.cached_cells,
             prefix_cache_hits=scheduler.prefix_hits,
             prefix_cached_tokens=scheduler.prefix_tokens,
