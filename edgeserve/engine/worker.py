@@ -203,18 +203,17 @@ class Engine:
             self._preparing += 1
         prepare = self.prepare if isinstance(request, GenerationRequest) else self.prepare_score
         try:
-            return self._prepare.submit(self._preparing_one, prepare, request)
+            future = self._prepare.submit(prepare, request)
         except RuntimeError:  # the pool was shut down by close()
-            with self._cond:
-                self._preparing -= 1
+            self._prepared(None)
             raise EngineStopped("the engine is not accepting requests") from None
+        # Done, failed or cancelled before it ran (its client went away): the place is free.
+        future.add_done_callback(self._prepared)
+        return future
 
-    def _preparing_one(self, prepare: Callable[[Any], Any], request: Any) -> Any:
-        try:
-            return prepare(request)
-        finally:
-            with self._cond:
-                self._preparing -= 1
+    def _prepared(self, _future: object) -> None:
+        with self._cond:
+            self._preparing -= 1
 
     def _ready_backend(self) -> Backend:
         backend = self.backend

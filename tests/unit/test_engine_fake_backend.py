@@ -572,6 +572,29 @@ def test_the_queue_limit_counts_requests_being_prepared():
     h.engine.close()
 
 
+def test_a_request_cancelled_before_its_preparation_ran_frees_its_queue_place():
+    h = Harness(max_queue=3)
+    gate = threading.Event()
+    slow = h.backend.render
+
+    def render(prompt):
+        gate.wait(5)
+        return slow(prompt)
+
+    h.backend.render = render  # type: ignore[method-assign]
+    chat = GenerationRequest(ChatPrompt((ChatTurn("user", "hi"),)), SamplingParams())
+    busy = [h.engine.prepare_async(chat) for _ in range(worker.PREPARE_THREADS)]
+    waiting = h.engine.prepare_async(chat)  # no prepare thread is free: it waits in the pool
+    assert h.engine.stats().queue_length == worker.PREPARE_THREADS + 1
+    assert waiting.cancel()  # its client went away
+    assert h.engine.stats().queue_length == worker.PREPARE_THREADS
+    gate.set()
+    for future in busy:
+        future.result(5)
+    assert h.engine.stats().queue_length == 0
+    h.engine.close()
+
+
 def test_score_context_is_released_after_idle(monkeypatch):
     monkeypatch.setattr(worker, "SCORE_CONTEXT_IDLE_S", 0.0)
     h = Harness()
