@@ -549,16 +549,22 @@ def test_a_grammar_is_checked_before_submission():
         h.engine.prepare(request)
 
 
+def hold_rendering(backend: FakeBackend) -> threading.Event:
+    """Make the backend's chat rendering wait until the returned event is set."""
+    gate = threading.Event()
+    render = backend.render
+
+    def held(prompt):
+        gate.wait(5)
+        return render(prompt)
+
+    backend.render = held  # type: ignore[method-assign]
+    return gate
+
+
 def test_the_queue_limit_counts_requests_being_prepared():
     h = Harness(max_queue=2)
-    gate = threading.Event()
-    slow = h.backend.render
-
-    def render(prompt):
-        gate.wait(5)
-        return slow(prompt)
-
-    h.backend.render = render  # type: ignore[method-assign]
+    gate = hold_rendering(h.backend)
     chat = GenerationRequest(ChatPrompt((ChatTurn("user", "hi"),)), SamplingParams())
     futures = [h.engine.prepare_async(chat) for _ in range(2)]
     assert h.engine.stats().queue_length == 2
@@ -574,14 +580,7 @@ def test_the_queue_limit_counts_requests_being_prepared():
 
 def test_a_request_cancelled_before_its_preparation_ran_frees_its_queue_place():
     h = Harness(max_queue=3)
-    gate = threading.Event()
-    slow = h.backend.render
-
-    def render(prompt):
-        gate.wait(5)
-        return slow(prompt)
-
-    h.backend.render = render  # type: ignore[method-assign]
+    gate = hold_rendering(h.backend)
     chat = GenerationRequest(ChatPrompt((ChatTurn("user", "hi"),)), SamplingParams())
     busy = [h.engine.prepare_async(chat) for _ in range(worker.PREPARE_THREADS)]
     waiting = h.engine.prepare_async(chat)  # no prepare thread is free: it waits in the pool
