@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import abuse, load, report, scoring, soak
+from bench import abuse, load, report, scoring, soak, structured
 from bench.anchors import (
     ALL_SERVERS,
     EDGESERVE,
@@ -56,6 +56,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--conversations", type=int, help="multi-turn chats [4; quick 2]")
     p.add_argument("--score-texts", type=int, help="texts for the scoring case [64; quick 8]")
     p.add_argument("--no-scoring", action="store_true", help="skip the scoring comparison")
+    p.add_argument("--structured", type=int, help="json_schema answers per server [8; quick 4]")
     p.add_argument("--soak-requests", type=int, help="edgeserve memory soak [1000; quick 200]")
     p.add_argument("--edgeserve", type=Path, default=Path(".venv/bin/edgeserve"))
     p.add_argument(
@@ -72,7 +73,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = p.parse_args(argv)
     sizes = {"tokens": (128, 32), "requests": (2, 1), "rounds": (3, 2), "prompt_words": (128, 64),
-             "conversations": (4, 2), "score_texts": (64, 8),
+             "conversations": (4, 2), "score_texts": (64, 8), "structured": (8, 4),
              "soak_requests": (1000, 200)}  # fmt: skip
     for name, (full, quick) in sizes.items():
         if getattr(args, name) is None:
@@ -170,7 +171,7 @@ class Bench:
                 "idle_cpu_pct": cpu,
             }
         if c == 1:
-            for case in (self.multi_turn, self.scoring):
+            for case in (self.multi_turn, self.scoring, self.structured_output):
                 meter, started = CpuMeter(running), time.perf_counter()
                 await case(running)
                 if meter.other() > 0.2 * (time.perf_counter() - started):
@@ -292,6 +293,18 @@ class Bench:
             self.results["scoring"] = await scoring.compare(
                 es.url, self.setup.model, self.setup.threads, a.score_texts, 96
             )
+
+    async def structured_output(self, running: list[Server]) -> None:
+        """At --parallel 1: json_schema answers at temperature 1, edgeserve and llama-server
+        taking turns, and the native cost of a refused token (bench/structured.py)."""
+        pair = [(s.kind, s.url) for s in running if s.kind in (EDGESERVE, LLAMA_SERVER)]
+        if self.args.structured <= 0 or not pair:
+            return
+        print(f"  structured: {self.args.structured} json_schema answers per server ...")
+        await self.wait_quiet(running)
+        result = await structured.compare(pair, self.args.structured, self.args.tokens)
+        result["refused_token_ms"] = structured.refused_token_costs(self.setup.model)
+        self.results["structured"] = result
 
     async def misbehaving_clients(self, running: list[Server]) -> None:
         """At the highest concurrency: idle CPU after a disconnect, a stream's longest gap

@@ -124,6 +124,21 @@ def table(results: dict[str, Any]) -> str:
             f"{sc['loop_texts_per_s']:.1f} texts/s, ratio {sc['ratio']:.2f}x, "
             f"max |diff| {sc['max_abs_diff']:.1e}"
         )
+    st = results.get("structured")
+    if st:
+        lines.append("structured output (json_schema, temperature 1, full distribution):")
+        for kind, r in st.items():
+            if kind == "refused_token_ms":
+                continue
+            lines.append(
+                f"  {kind}: {r['ms_per_token']:.1f} ms per token over {r['tokens']} tokens, "
+                f"{r['stopped']}/{r['answers']} answers stopped, {r['invalid']} invalid"
+            )
+        for state, ms in st["refused_token_ms"].items():
+            lines.append(
+                f"  grammar pass after {state!r}: one token {ms['one_token']:.3f} ms, 4096 "
+                f"candidates {ms['head_4096']:.2f} ms, whole vocabulary {ms['vocabulary']:.1f} ms"
+            )
     sk = results.get("soak")
     if sk:
         lines.append(
@@ -229,6 +244,10 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
             )
         )
         out.append(("healthy after the hostile requests", ab["healthy_after"], ""))
+    st = results.get("structured")
+    if st and "edgeserve" in st:
+        invalid = st["edgeserve"]["invalid"]
+        out.append(("structured answers all valid JSON", invalid == 0, f"{invalid} invalid"))
     sc = results.get("scoring")
     if sc:
         out.append(("scoring >= 2x the Llama loop", sc["ratio"] >= 2, f"{sc['ratio']:.2f}x"))

@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from llama_cpp.llama_grammar import SchemaConverter, json_schema_to_gbnf
+from llama_cpp.llama_grammar import SchemaConverter
 
 MAX_REPEAT: Final = 1000
 """The largest minLength/maxLength/minItems/maxItems (or pattern `{m,n}` bound) accepted;
@@ -29,9 +29,15 @@ MAX_SCHEMA_CHARS: Final = 100_000
 """The longest schema accepted, as JSON text."""
 MAX_GRAMMAR_CHARS: Final = 1 << 20
 """The most text the bounded repetitions of one schema may expand to."""
-ANY_JSON_OBJECT: Final = json_schema_to_gbnf('{"type": "object"}')
-"""Any JSON object: the grammar the engine uses for GrammarSpec("json_object") (not
-llama-cpp-python's JSON_GBNF, whose newline-and-indent whitespace made sampling ~8x slower)."""
+JSON_STRING_CHAR: Final = (
+    r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" ' + " ".join(["[0-9a-fA-F]"] * 4) + ")"
+)
+"""One character of a JSON string: anything but a quote, a backslash or a control character
+(which JSON requires escaped), or an escape. llama-cpp-python's converter lets control
+characters through, so its grammars accept strings with raw newlines that no JSON parser reads."""
+PATTERN_DOT: Final = r'[^"\\\x7F\x00-\x1F]'
+"""What `.` in a schema's `pattern` matches inside the JSON string: one character that needs no
+escape (the converter's own dot also allows quotes, backslashes and control characters)."""
 
 _BOUNDS: Final = ("minLength", "maxLength", "minItems", "maxItems")
 _QUANTIFIER: Final = re.compile(r"\{([^}]*)\}")
@@ -101,6 +107,14 @@ class _Converter(SchemaConverter):
     quote breaks the grammar, a backslash or newline gives other or invalid JSON, and a NUL
     demands a character no token produces."""
 
+    def _add_rule(self, name: str, rule: str) -> str:
+        """The converter's rules, with its JSON string character and pattern dot made strict."""
+        if name == "char":
+            rule = JSON_STRING_CHAR
+        elif name == "dot":
+            rule = PATTERN_DOT
+        return super()._add_rule(name, rule)
+
     def _format_literal(self, literal: str) -> str:
         readable = json.dumps(json.loads(literal), ensure_ascii=False)
         text = _SURROGATE.sub(lambda match: f"\\u{ord(match.group(0)):04x}", readable)
@@ -113,6 +127,11 @@ def _convert(schema_text: str) -> str:
     schema = converter.resolve_refs(json.loads(schema_text), "stdin")
     converter.visit(schema, "")
     return converter.format_grammar()
+
+
+ANY_JSON_OBJECT: Final = _convert('{"type": "object"}')
+"""Any JSON object: the grammar the engine uses for GrammarSpec("json_object") (not
+llama-cpp-python's JSON_GBNF, whose newline-and-indent whitespace made sampling ~8x slower)."""
 
 
 def _check_reachable(gbnf: str) -> None:

@@ -40,3 +40,13 @@ def engine(model_path: Path) -> Iterator[object]:
         raise RuntimeError(f"the default model failed to load: {eng.load_error}")
     yield eng
     eng.close()
+
+
+@pytest.fixture(scope="session")
+def grammar_check(model_path: Path) -> Iterator[object]:
+    """The default model's vocabulary alone, for checking answers against grammars."""
+    from tests.grammar_check import GrammarCheck
+
+    check = GrammarCheck(model_path)
+    yield check
+    check.close()

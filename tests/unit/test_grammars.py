@@ -11,8 +11,11 @@ import pytest
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 from edgeserve.grammars import (
+    ANY_JSON_OBJECT,
+    JSON_STRING_CHAR,
     MAX_REPEAT,
     MAX_SCHEMA_CHARS,
+    PATTERN_DOT,
     GrammarError,
     either,
     schema_grammar,
@@ -24,6 +27,17 @@ COLOR = {"type": "object", "properties": {"color": {"enum": ["red", "blue"]}}}
 
 def test_a_schema_is_converted_by_llama_cpp_python() -> None:
     assert schema_grammar(COLOR) == json_schema_to_gbnf(json.dumps(COLOR))
+
+
+def test_json_strings_take_no_raw_control_characters() -> None:
+    """The converter's own string character allows U+0000-U+001F, which JSON forbids raw."""
+    lax = json_schema_to_gbnf(json.dumps({"type": "string"}))
+    strict = schema_grammar({"type": "string"})
+    assert 'char ::= [^"\\\\] |' in lax
+    assert f"char ::= {JSON_STRING_CHAR}" in strict
+    assert f"char ::= {JSON_STRING_CHAR}" in ANY_JSON_OBJECT
+    patterned = schema_grammar({"type": "string", "pattern": "^a.b$"})
+    assert f"dot ::= {PATTERN_DOT}" in patterned
 
 
 def test_bounds_up_to_the_limit_pass() -> None:
@@ -186,7 +200,7 @@ def test_a_call_names_the_function_and_follows_its_parameters() -> None:
         "properties": {"name": {"const": "get_weather"}, "arguments": parameters},
         "required": ["name", "arguments"],
     }
-    assert tool_call_grammar([("get_weather", parameters)]) == json_schema_to_gbnf(json.dumps(call))
+    assert tool_call_grammar([("get_weather", parameters)]) == schema_grammar(call)
 
 
 def test_several_functions_are_alternatives() -> None:
