@@ -45,7 +45,7 @@ NO_URL = (
 )
 NO_FUNCTION = (
     'tools[{i}] has no "function"; give each tool a "function" object with '
-    '"name", "description" and "parameters".'
+    '"name" and "parameters" (and optionally "description").'
 )
 BAD_BASE64 = (
     "messages[0].content[1].{k}.url is a data URI whose payload is not valid base64 data; "

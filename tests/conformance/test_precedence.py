@@ -56,7 +56,7 @@ NULL_CONTENT = (
 )
 NO_FUNCTION = (
     'tools[0] has no "function"; give each tool a "function" object with '
-    '"name", "description" and "parameters".'
+    '"name" and "parameters" (and optionally "description").'
 )
 IMAGE_ONLY = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": PNG}}]}
 NULL_USER = {"role": "user", "content": None}
