@@ -296,9 +296,9 @@ def piece_chunks(
     pieces: Sequence[Piece],
     logprobs: Sequence[AlignedLogprob] | None = None,
 ) -> list[bytes]:
-    """One event per piece of a streamed answer (text, or with tool calls, divergence 6): text, a
-    call's start (OpenAI's first chunk of a call: `index`, a fresh `id`, `type`, the name and
-    empty `arguments`) or the next piece of its arguments (`index` and `arguments`).
+    """One event per piece of a streamed answer: text or, with tool calls (README divergence
+    10), a call's start (OpenAI's first chunk of a call: `index`, a fresh `id`, `type`, the
+    name and empty `arguments`) or the next piece of its arguments (`index` and `arguments`).
     `logprobs`, when given, are the tokens consumed since the last event; they go with the
     first one."""
     chunks = []
@@ -383,7 +383,7 @@ def models_body(model_id: str, created: int) -> bytes:
 def error_body(detail: Any, *, with_message: bool) -> bytes:
     """`{"detail": ...}` as compact JSON with raw UTF-8 (unpaired surrogates are escaped).
 
-    With `with_message` (divergence 7; off with --reference-errors) the body also carries
+    With `with_message` (README divergence 12; off with --reference-errors) the body also carries
     `"message": error_message(detail)`, the field OpenAI's SDKs print as the exception text.
     """
     content = {"detail": detail}

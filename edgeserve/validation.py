@@ -436,8 +436,8 @@ async def prepare_chat(req: ChatCompletionRequest, limits: Limits) -> Generation
 
     Order: Invalid length; system pop; Only supports u/a/u/a/u...; per message the role check
     then content processing (media checks E7–E13); tools; if streaming, "Cannot stream multiple
-    responses." (tools stream: divergence 6, so the reference's "Cannot stream function calls."
-    is never sent); then edgeserve's own checks, which replace
+    responses." (tools stream, README divergence 10: the reference's "Cannot stream function
+    calls." is never sent); then edgeserve's own checks, which replace
     errors the reference only hits in its engine (null content, media for a text-only model),
     then tool_choice, sampling values and limits (logprobs included), response_format, invalid
     Unicode and last the output grammar (a forced tool call or the response format).

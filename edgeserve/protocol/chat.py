@@ -44,8 +44,8 @@ class Function(ProtocolModel):
 
 class FunctionDefinition(ProtocolModel):
     """A callable tool. `name` and `parameters` are required, as in the reference; the
-    reference also requires `description`, which is optional here, as at OpenAI (divergence:
-    README). An absent description stays absent from the tools shown to the model."""
+    reference also requires `description`, which is optional here, as at OpenAI (README
+    divergence 11). An absent description stays absent from the tools shown to the model."""
 
     name: str
     description: str = ""

@@ -126,8 +126,9 @@ async def _stream(
     first: float | None = None
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     aligner = LogprobAligner()
-    # With tools, the answer is read for calls as it streams (divergence 6): text is held while
-    # it may still be a call, so the log-probabilities of held tokens wait for the next event.
+    # With tools, the answer is read for calls as it streams (README divergence 10): text is
+    # held while it may still be a call, so the log-probabilities of held tokens wait for the
+    # next event.
     calls = ToolCallStream() if validation.tool_calls_wanted(req) else None
     unsent: list[AlignedLogprob] = []
     stream = EventStream(request, request.app[SETTINGS].ping_interval_s)
