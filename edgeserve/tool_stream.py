@@ -447,7 +447,7 @@ class ToolCallStream:
         markers = self._markers()
         if char == "{" or (char == "[" and MISTRAL_TAG not in markers):
             self._open_value(char)
-        elif char == "[" or any(marker.startswith(char) for marker in markers):
+        elif any(marker.startswith(char) for marker in markers):
             self._marker = char
         else:
             raise _Broken(char)

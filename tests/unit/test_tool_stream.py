@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from edgeserve.tool_calls import ToolCall, parse_tool_calls
-from edgeserve.tool_stream import CallArguments, CallStart, Content, Piece, ToolCallStream
+from edgeserve.tool_stream import CallStart, Content, Piece, ToolCallStream
 
 
 @dataclass
@@ -52,7 +52,9 @@ def stream(parts: list[str]) -> Accumulated:
         pieces += reader.feed(part)
     pieces += reader.finish()
     for piece in pieces:
-        assert not isinstance(piece, Content | CallArguments) or piece.text, "no empty pieces"
+        text = piece.name if isinstance(piece, CallStart) else piece.text
+        assert text or isinstance(piece, CallStart), "no empty pieces"
+        text.encode()  # no lone surrogate: every piece can be sent as UTF-8
     return accumulate(pieces, reader.called)
 
 
