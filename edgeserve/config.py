@@ -321,6 +321,14 @@ class Settings:
         env=("EDGESERVE_ROOT_PATH", "FASTAPI_ROOT_PATH"),
         shown="none",
     )
+    reference_errors: bool = _setting(
+        False,
+        _boolean,
+        'error bodies exactly as the reference writes them: {"detail": ...} without the added '
+        '"message" that OpenAI SDKs print',
+        "BOOL",
+        kind="switch",
+    )
     log_format: str = _setting("text", _choice(LOG_FORMATS), "log format", "|".join(LOG_FORMATS))
     log_level: str = _setting(
         "info", _choice(LOG_LEVELS), "log level: " + ", ".join(LOG_LEVELS), "LEVEL"

@@ -14,10 +14,11 @@ import time
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from edgeserve.logprobs import AlignedLogprob
 from edgeserve.protocol import (
+    ChatCompletionDelta,
     ChatCompletionMessage,
     ChatCompletionResponse,
     ChatCompletionResponseChoice,
@@ -31,15 +32,21 @@ from edgeserve.protocol import (
     Finish,
     Function,
     FunctionCall,
+    FunctionDelta,
     ModelCard,
     ModelList,
     PromptTokensDetails,
     Role,
     ScoreEvaluationResponse,
+    ToolCallDelta,
     TopLogprob,
     Usage,
 )
 from edgeserve.tool_calls import ToolCall
+from edgeserve.tool_stream import CallStart, Content, Piece
+
+MESSAGE_ITEMS: Final = 3
+"""How many items of a 422 list `error_message` names."""
 
 
 def new_completion_id() -> str:
@@ -277,37 +284,63 @@ def _chunk(
     return sse_event(chunk.model_dump(mode="json", exclude_unset=True, exclude=exclude))
 
 
-def role_chunk(id: str, model: str, created: int, index: int = 0) -> bytes:
+def role_chunk(id: str, model: str, created: int) -> bytes:
     """The first event: role assistant with empty content."""
-    delta = ChatCompletionMessage(role=Role.ASSISTANT, content="")
-    choice = ChatCompletionStreamResponseChoice(index=index, delta=delta, finish_reason=None)
-    return _chunk(id, model, created, [choice])
+    return _delta_chunk(id, model, created, ChatCompletionDelta(role=Role.ASSISTANT, content=""))
 
 
-def content_chunk(
+def piece_chunks(
     id: str,
     model: str,
     created: int,
-    text: str,
-    index: int = 0,
+    pieces: Sequence[Piece],
+    logprobs: Sequence[AlignedLogprob] | None = None,
+) -> list[bytes]:
+    """One event per piece of a streamed answer: text or, with tool calls (README divergence
+    10), a call's start (OpenAI's first chunk of a call: `index`, a fresh `id`, `type`, the
+    name and empty `arguments`) or the next piece of its arguments (`index` and `arguments`).
+    `logprobs`, when given, are the tokens consumed since the last event; they go with the
+    first one."""
+    chunks = []
+    for piece in pieces:
+        if isinstance(piece, Content):
+            delta = ChatCompletionDelta(content=piece.text)
+        elif isinstance(piece, CallStart):
+            function = FunctionDelta(name=piece.name, arguments="")
+            call = ToolCallDelta(
+                index=piece.index, id=new_tool_call_id(), type="function", function=function
+            )
+            delta = ChatCompletionDelta(tool_calls=[call])
+        else:
+            call = ToolCallDelta(index=piece.index, function=FunctionDelta(arguments=piece.text))
+            delta = ChatCompletionDelta(tool_calls=[call])
+        chunks.append(_delta_chunk(id, model, created, delta, None if chunks else logprobs))
+    return chunks
+
+
+def finish_chunk(
+    id: str,
+    model: str,
+    created: int,
+    finish_reason: Finish,
     logprobs: Sequence[AlignedLogprob] | None = None,
 ) -> bytes:
-    """One text delta (callers skip empty text, as the reference does); `logprobs`, when
-    given, are the tokens whose text this delta releases."""
-    delta = ChatCompletionMessage(content=text)
-    choice = ChatCompletionStreamResponseChoice(index=index, delta=delta, finish_reason=None)
+    """The last event of a choice: empty delta and the true finish reason (divergence 4);
+    `logprobs`, when given, are the tokens no earlier event carried."""
+    return _delta_chunk(id, model, created, ChatCompletionDelta(), logprobs, finish_reason)
+
+
+def _delta_chunk(
+    id: str,
+    model: str,
+    created: int,
+    delta: ChatCompletionDelta,
+    logprobs: Sequence[AlignedLogprob] | None = None,
+    finish_reason: Finish | None = None,
+) -> bytes:
+    choice = ChatCompletionStreamResponseChoice(index=0, delta=delta, finish_reason=finish_reason)
     if logprobs is not None:
         choice.logprobs = chat_logprobs(logprobs)
-    return _chunk(id, model, created, [choice])
-
-
-def finish_chunk(id: str, model: str, created: int, finish_reason: str, index: int = 0) -> bytes:
-    """The last event of a choice: empty delta and the true finish reason (stop or length)."""
-    choice = ChatCompletionStreamResponseChoice(
-        index=index,
-        delta=ChatCompletionMessage(),
-        finish_reason=wire_finish_reason(finish_reason),
-    )
     return _chunk(id, model, created, [choice])
 
 
@@ -347,9 +380,15 @@ def models_body(model_id: str, created: int) -> bytes:
     return ModelList(data=[ModelCard(id=model_id, created=created)]).model_dump_json().encode()
 
 
-def error_body(detail: Any) -> bytes:
-    """`{"detail": ...}` as compact JSON with raw UTF-8 (unpaired surrogates are escaped)."""
+def error_body(detail: Any, *, with_message: bool) -> bytes:
+    """`{"detail": ...}` as compact JSON with raw UTF-8 (unpaired surrogates are escaped).
+
+    With `with_message` (README divergence 12; off with --reference-errors) the body also carries
+    `"message": error_message(detail)`, the field OpenAI's SDKs print as the exception text.
+    """
     content = {"detail": detail}
+    if with_message:
+        content["message"] = error_message(detail)
     text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     try:
         return text.encode()
@@ -357,8 +396,35 @@ def error_body(detail: Any) -> bytes:
         return json.dumps(content, allow_nan=False, separators=(",", ":")).encode()
 
 
+def error_message(detail: Any) -> str:
+    """An error's `detail` as one line: the text itself, or a 422 list summarised as
+    `loc: msg` per item (`body.messages.0.role: Input should be ...`), the first
+    MESSAGE_ITEMS of them and how many more there are."""
+    if isinstance(detail, str):
+        return detail
+    if not isinstance(detail, list):
+        return json.dumps(detail, ensure_ascii=False)
+    parts = [_item_summary(item) for item in detail[:MESSAGE_ITEMS]]
+    more = len(detail) - MESSAGE_ITEMS
+    if more > 0:
+        parts.append(f"and {more} more error{'s' if more > 1 else ''}")
+    return "; ".join(parts)
+
+
+def _item_summary(item: Any) -> str:
+    """One 422 item as `loc: msg`, with the decoder's reason for a json_invalid item."""
+    if not isinstance(item, dict) or "msg" not in item:
+        return json.dumps(item, ensure_ascii=False)
+    loc = ".".join(str(part) for part in item.get("loc", ()))
+    msg = str(item["msg"])
+    reason = (item.get("ctx") or {}).get("error")
+    if isinstance(reason, str) and reason not in msg:
+        msg = f"{msg} ({reason})"
+    return f"{loc}: {msg}" if loc else msg
+
+
 def stream_error_event(status: int, detail: Any) -> bytes:
     """An error after the stream started: one event in the OpenAI error shape (the SDK raises
-    APIError on it), carrying the same detail text as a JSON error would."""
-    message = detail if isinstance(detail, str) else json.dumps(detail, ensure_ascii=False)
+    APIError on it), carrying the same message as a JSON error would."""
+    message = error_message(detail)
     return sse_event({"error": {"message": message, "type": "server_error", "code": status}})

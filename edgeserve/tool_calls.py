@@ -20,8 +20,8 @@ Families, tried in this order (the first whose marker appears decides; no fall-t
 
 Every call needs a non-empty string `name` and (except in the LlamaFactory format) an
 `arguments` (or `parameters`) JSON object, or a string holding one. `arguments` is returned as
-a JSON string (`json.dumps(value, ensure_ascii=False)`), ready for OpenAI's
-`function.arguments`.
+a JSON string (`json_text`: `json.dumps(value, ensure_ascii=False)`), ready for OpenAI's
+`function.arguments`. (`edgeserve.tool_stream` reads the JSON family while an answer streams.)
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ _MISTRAL_ARGS: Final = re.compile(
 )
 _FENCE: Final = re.compile(r"\A```[A-Za-z0-9_-]*\s*\n?(.*?)\n?\s*```\Z", re.DOTALL)
 _DECODER: Final = json.JSONDecoder()
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ def _action(text: str) -> list[ToolCall] | None:
         value = _loads(raw.strip().strip('"').strip("`"))
         if value is _INVALID:
             return None
-        calls.append(ToolCall(name.strip(), json.dumps(value, ensure_ascii=False)))
+        calls.append(ToolCall(clean_name(name), json_text(value)))
     return calls or None
 
 
@@ -161,7 +162,7 @@ def _call_from_object(value: Any, argument_keys: tuple[str, ...]) -> ToolCall | 
     arguments = _arguments(value[present[0]])
     if arguments is None:
         return None
-    return ToolCall(name.strip(), arguments)
+    return ToolCall(clean_name(name), arguments)
 
 
 def _arguments(raw: Any) -> str | None:
@@ -170,7 +171,20 @@ def _arguments(raw: Any) -> str | None:
         raw = _loads(raw)
     if not isinstance(raw, dict):
         return None
-    return json.dumps(raw, ensure_ascii=False)
+    return json_text(raw)
+
+
+def json_text(value: Any) -> str:
+    """`value` as `json.dumps(value, ensure_ascii=False)` writes it, except that a lone UTF-16
+    surrogate (the model may write `"\\ud800"`) stays a `\\u` escape: raw, it has no UTF-8."""
+    return _SURROGATE.sub(
+        lambda match: f"\\u{ord(match.group(0)):04x}", json.dumps(value, ensure_ascii=False)
+    )
+
+
+def clean_name(name: str) -> str:
+    """A function name as returned: stripped, lone surrogates replaced (they have no UTF-8)."""
+    return _SURROGATE.sub("\ufffd", name.strip())
 
 
 class _Invalid:

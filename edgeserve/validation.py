@@ -79,7 +79,6 @@ class Detail:
     URL_UNRESOLVABLE = "Could not resolve hostname: {host}"
     URL_OTHER = "Invalid URL: {error}"
     BODY_UNPARSABLE = "There was an error parsing the body"
-    CANNOT_STREAM_TOOLS = "Cannot stream function calls."
     CANNOT_STREAM_N = "Cannot stream multiple responses."
     NOT_FOUND = "Not Found"
     METHOD_NOT_ALLOWED = "Method Not Allowed"
@@ -104,7 +103,7 @@ class Detail:
     )
     TOOL_WITHOUT_FUNCTION = (
         'tools[{index}] has no "function"; give each tool a "function" object with '
-        '"name", "description" and "parameters".'
+        '"name" and "parameters" (and optionally "description").'
     )
     BAD_UNICODE = "{where} contains an unpaired UTF-16 surrogate; send valid Unicode text."
     NOT_POSITIVE = '"{name}" must be at least 1, got {value}.'
@@ -436,8 +435,9 @@ async def prepare_chat(req: ChatCompletionRequest, limits: Limits) -> Generation
     """Run every chat check in the reference's order and build the engine request.
 
     Order: Invalid length; system pop; Only supports u/a/u/a/u...; per message the role check
-    then content processing (media checks E7–E13); tools; if streaming, "Cannot stream function
-    calls." then "Cannot stream multiple responses."; then edgeserve's own checks, which replace
+    then content processing (media checks E7–E13); tools; if streaming, "Cannot stream multiple
+    responses." (tools stream, README divergence 10: the reference's "Cannot stream function
+    calls." is never sent); then edgeserve's own checks, which replace
     errors the reference only hits in its engine (null content, media for a text-only model),
     then tool_choice, sampling values and limits (logprobs included), response_format, invalid
     Unicode and last the output grammar (a forced tool call or the response format).
@@ -462,8 +462,6 @@ async def prepare_chat(req: ChatCompletionRequest, limits: Limits) -> Generation
         _check_role(position, message.role)
         turns.append(await _turn(message, position + offset, limits, late))
     tools = _serialize_tools(req.tools)
-    if req.stream and req.tools:
-        raise _bad(Detail.CANNOT_STREAM_TOOLS)
     if req.stream and req.n > 1:
         raise _bad(Detail.CANNOT_STREAM_N)
     if late:

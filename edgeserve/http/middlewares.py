@@ -1,5 +1,5 @@
 """Middlewares, outermost first: request context (id, access log, metrics, last-resort 500) → CORS →
-API errors (ApiError and aiohttp's own 404/405/413 reshaped into `{"detail": …}`)."""
+API errors (ApiError and aiohttp's own 404/405/413 reshaped into `{"detail": …, "message": …}`)."""
 
 from __future__ import annotations
 
@@ -22,11 +22,12 @@ http_log = logging.getLogger("edgeserve.http")
 CORS_METHODS = "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT"
 
 
-def error_response(err: ApiError) -> web.Response:
-    """The JSON response for an ApiError (compact `{"detail": …}`)."""
+def error_response(err: ApiError, reference_errors: bool) -> web.Response:
+    """The JSON response for an ApiError: compact `{"detail": …, "message": …}`, or the
+    reference's `{"detail": …}` alone with --reference-errors."""
     return web.Response(
         status=err.status,
-        body=responses.error_body(err.detail),
+        body=responses.error_body(err.detail, with_message=not reference_errors),
         content_type="application/json",
         headers=err.headers,
     )
@@ -151,19 +152,21 @@ def _slashless_url(request: web.Request) -> str:
 
 @web.middleware
 async def api_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every client error leaves as `{"detail": …}` with the reference's status."""
+    """Every client error leaves as `{"detail": …}` (plus `message`, see `error_response`) with
+    the reference's status."""
     try:
         return await handler(request)
     except ApiError as err:
         if isinstance(err.__cause__, EngineFault | EngineRestarted):
             http_log.error("request %s: %s", request[RECORD].request_id, err.__cause__)
-        return error_response(err)
+        error = err
     except web.HTTPNotFound:
         path = request.path
         if len(path) > 1 and path.endswith("/") and path.rstrip("/") in request.app[KNOWN_PATHS]:
             return web.Response(status=307, headers={"Location": _slashless_url(request)})
-        return error_response(validation.not_found())
+        error = validation.not_found()
     except web.HTTPMethodNotAllowed as exc:
-        return error_response(validation.method_not_allowed(sorted(exc.allowed_methods)))
+        error = validation.method_not_allowed(sorted(exc.allowed_methods))
     except web.HTTPRequestEntityTooLarge:
-        return error_response(validation.body_too_large(request.app[SETTINGS].max_body_bytes))
+        error = validation.body_too_large(request.app[SETTINGS].max_body_bytes)
+    return error_response(error, request.app[SETTINGS].reference_errors)

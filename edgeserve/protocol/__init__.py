@@ -2,6 +2,7 @@
 
 from edgeserve.protocol.chat import (
     URL,
+    ChatCompletionDelta,
     ChatCompletionMessage,
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -16,10 +17,12 @@ from edgeserve.protocol.chat import (
     FunctionAvailable,
     FunctionCall,
     FunctionDefinition,
+    FunctionDelta,
     MultimodalInputItem,
     ResponseFormat,
     Role,
     StreamOptions,
+    ToolCallDelta,
     TopLogprob,
 )
 from edgeserve.protocol.common import PromptTokensDetails, ProtocolModel, Usage
@@ -34,6 +37,7 @@ from edgeserve.protocol.score import ScoreEvaluationRequest, ScoreEvaluationResp
 
 __all__ = [
     "URL",
+    "ChatCompletionDelta",
     "ChatCompletionMessage",
     "ChatCompletionRequest",
     "ChatCompletionResponse",
@@ -52,6 +56,7 @@ __all__ = [
     "FunctionAvailable",
     "FunctionCall",
     "FunctionDefinition",
+    "FunctionDelta",
     "ModelCard",
     "ModelList",
     "MultimodalInputItem",
@@ -62,6 +67,7 @@ __all__ = [
     "ScoreEvaluationRequest",
     "ScoreEvaluationResponse",
     "StreamOptions",
+    "ToolCallDelta",
     "TopLogprob",
     "Usage",
 ]

@@ -43,10 +43,12 @@ class Function(ProtocolModel):
 
 
 class FunctionDefinition(ProtocolModel):
-    """A callable tool; all three fields are required (stricter than OpenAI, as the reference)."""
+    """A callable tool. `name` and `parameters` are required, as in the reference; the
+    reference also requires `description`, which is optional here, as at OpenAI (README
+    divergence 11). An absent description stays absent from the tools shown to the model."""
 
     name: str
-    description: str
+    description: str = ""
     parameters: dict[str, Any]
 
 
@@ -133,11 +135,36 @@ class ChatCompletionRequest(ProtocolModel):
 
 
 class ChatCompletionMessage(ProtocolModel):
-    """A response message, or a stream delta (then only the fields that were set are sent)."""
+    """A response message."""
 
     role: Role | None = None
     content: str | None = None
     tool_calls: list[FunctionCall] | None = None
+
+
+class FunctionDelta(ProtocolModel):
+    """A streamed call's function: the name on its first chunk, then pieces of `arguments`."""
+
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallDelta(ProtocolModel):
+    """One entry of a stream delta's `tool_calls` (OpenAI's shape): the call's `index`; its
+    `id` and `type` only on the call's first chunk."""
+
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: FunctionDelta
+
+
+class ChatCompletionDelta(ProtocolModel):
+    """A stream chunk's delta (dumped with only the fields that were set)."""
+
+    role: Role | None = None
+    content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class TopLogprob(ProtocolModel):
@@ -185,7 +212,7 @@ class ChatCompletionStreamResponseChoice(ProtocolModel):
     """One stream choice (chunks are dumped with only the fields that were set)."""
 
     index: int
-    delta: ChatCompletionMessage
+    delta: ChatCompletionDelta
     logprobs: ChoiceLogprobs | None = None
     finish_reason: Finish | None = None
 

@@ -1,4 +1,5 @@
-"""Conformance fixtures: the integration suite's app clients, plus a guard that keeps every
+"""Conformance fixtures: the integration suite's app clients on a server with
+--reference-errors (error bodies byte for byte the reference's), plus a guard that keeps every
 media-URL check off the network."""
 
 from __future__ import annotations
@@ -6,15 +7,24 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.conftest import client, make_client, settings
+from edgeserve.config import Settings
+from tests.integration.conftest import client, make_client, server_settings
 
-__all__ = ["client", "make_client", "settings"]
+__all__ = ["client", "make_client"]
 
 _LOCAL_NAMES = frozenset({"localhost"})
+
+
+@pytest.fixture
+def settings(model_path: Path) -> Settings:
+    """The integration settings with --reference-errors; a test of edgeserve's `message`
+    passes `reference_errors=False` to make_client."""
+    return server_settings(model_path, reference_errors=True)
 
 
 def _needs_no_network(host: object) -> bool:

@@ -290,7 +290,7 @@ ULTRA = [{"type": "image_url", "image_url": {"url": "http://x/y.png", "detail": 
 CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
 CALL_NO_ID = {"type": "function", "function": {"name": "f", "arguments": "{}"}}
 CALL_OBJ_ARGS = {"id": "c1", "function": {"name": "f", "arguments": {"a": 1}}}
-TOOL_NO_DESCRIPTION = {"type": "function", "function": {"name": "f", "parameters": {}}}
+TOOL_NO_PARAMETERS = {"type": "function", "function": {"name": "f", "description": "d"}}
 
 
 def calling(call: dict[str, object]) -> dict[str, object]:
@@ -490,10 +490,10 @@ VALIDATION_422 = [
     ),
     pytest.param(
         CHAT,
-        chat(tools=[TOOL_NO_DESCRIPTION]),
+        chat(tools=[TOOL_NO_PARAMETERS]),
         JSON,
-        [missing("tools", 0, "function", "description", given={"name": "f", "parameters": {}})],
-        id="tool-without-description",
+        [missing("tools", 0, "function", "parameters", given={"name": "f", "description": "d"})],
+        id="tool-without-parameters",
     ),
     pytest.param(
         CHAT,

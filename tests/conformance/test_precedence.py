@@ -56,7 +56,7 @@ NULL_CONTENT = (
 )
 NO_FUNCTION = (
     'tools[0] has no "function"; give each tool a "function" object with '
-    '"name", "description" and "parameters".'
+    '"name" and "parameters" (and optionally "description").'
 )
 IMAGE_ONLY = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": PNG}}]}
 NULL_USER = {"role": "user", "content": None}
@@ -141,19 +141,19 @@ PRECEDENCE = [
     row(
         "media-before-tools-entry", chat(media("ftp://x/y"), tools=[{"type": "function"}]), 400, E9
     ),
-    # step 8: stream checks after step 7; tools before n
+    # step 8: stream checks after step 7 (tools stream: divergence 6, so only n is checked)
     row(
-        "S1-tools-before-n",
+        "S2-n-with-tools",
         chat(USER, stream=True, tools=[TOOL], n=2),
         400,
-        "Cannot stream function calls.",
+        "Cannot stream multiple responses.",
     ),
     row("S2-n", chat(USER, stream=True, n=2), 400, "Cannot stream multiple responses."),
     row("S2-n-huge", chat(USER, stream=True, n=10**6), 400, "Cannot stream multiple responses."),
-    row("E5-before-S1-S2", chat(ASSISTANT, stream=True, tools=[TOOL], n=2), 400, "Invalid role"),
-    row("E9-before-S1", chat(media("ftp://x/y"), stream=True, tools=[TOOL]), 400, E9),
+    row("E5-before-S2", chat(ASSISTANT, stream=True, tools=[TOOL], n=2), 400, "Invalid role"),
+    row("E9-before-S2", chat(media("ftp://x/y"), stream=True, tools=[TOOL], n=2), 400, E9),
     row(
-        "tools-entry-before-S1",
+        "tools-entry-before-S2",
         chat(USER, stream=True, tools=[{"type": "function"}], n=2),
         400,
         NO_FUNCTION,
@@ -168,10 +168,10 @@ PRECEDENCE = [
         "Cannot stream multiple responses.",
     ),
     row(
-        "S1-before-text-only-media",
-        chat(IMAGE_ONLY, stream=True, tools=[TOOL]),
+        "S2-before-text-only-media",
+        chat(IMAGE_ONLY, stream=True, tools=[TOOL], n=2),
         400,
-        "Cannot stream function calls.",
+        "Cannot stream multiple responses.",
     ),
     row("E5-before-text-only-media", chat(IMAGE_ONLY, USER, USER), 400, "Invalid role"),
     row("text-only-media-before-n", chat(IMAGE_ONLY, n=0), 400, TEXT_ONLY),
@@ -198,7 +198,7 @@ NOT_ALLOWED = [
     pytest.param({}, chat(messages=[]), None, 405, "Not allowed", id="405-before-E3"),
     pytest.param({}, chat(ASSISTANT), None, 405, "Not allowed", id="405-before-E5"),
     pytest.param(
-        {}, chat(USER, stream=True, tools=[TOOL], n=2), None, 405, "Not allowed", id="405-before-S1"
+        {}, chat(USER, stream=True, tools=[TOOL], n=2), None, 405, "Not allowed", id="405-before-S2"
     ),
     pytest.param({}, {"model": "m"}, None, 422, MISSING_MESSAGES, id="422-before-405"),
     pytest.param(KEY, chat(USER), None, 401, "Invalid API key.", id="401-before-405"),

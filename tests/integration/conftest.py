@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,10 +15,17 @@ from edgeserve.http.app import create_app
 EOS_BAN = {"1": -100, "106": -100, "212": -100}
 
 
+def server_settings(model_path: Path, **overrides: Any) -> Settings:
+    """Server settings for in-process tests (the engine fixture fixes the engine's own)."""
+    return Settings(
+        model=str(model_path), model_name="gemma-test", ping_interval_s=15.0, **overrides
+    )
+
+
 @pytest.fixture
 def settings(model_path: Path) -> Settings:
-    """Server settings for in-process tests (the engine fixture fixes the engine's own)."""
-    return Settings(model=str(model_path), model_name="gemma-test", ping_interval_s=15.0)
+    """The default in-process settings."""
+    return server_settings(model_path)
 
 
 @pytest.fixture

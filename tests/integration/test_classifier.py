@@ -76,7 +76,7 @@ async def test_chat_on_a_classifier_is_405_not_allowed(rank_client, stream):
     body = {"model": "rm", "messages": [], "stream": stream}
     resp = await rank_client.post("/v1/chat/completions", json=body)
     assert resp.status == 405
-    assert await resp.read() == b'{"detail":"Not allowed"}'
+    assert await resp.read() == b'{"detail":"Not allowed","message":"Not allowed"}'
 
 
 async def test_classifier_health_reports_ready(rank_client):

@@ -166,7 +166,7 @@ async def test_422_and_401(make_client):
     assert (await resp.json())["detail"][0]["loc"] == ["body", "prompt"]
     resp = await client.post(URL, json=body(), headers={"Authorization": "Bearer no"})
     assert resp.status == 401
-    assert await resp.json() == {"detail": "Invalid API key."}
+    assert await resp.json() == {"detail": "Invalid API key.", "message": "Invalid API key."}
 
 
 async def test_disconnect_leaves_the_engine_idle(client, engine):

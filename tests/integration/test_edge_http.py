@@ -40,7 +40,7 @@ async def test_metrics_need_the_key_when_one_is_set(make_client):
     for headers in ({}, {"Authorization": "Bearer wrong"}):
         resp = await client.get("/metrics", headers=headers)
         assert resp.status == 401
-        assert await resp.json() == {"detail": "Invalid API key."}
+        assert await resp.json() == {"detail": "Invalid API key.", "message": "Invalid API key."}
     await scrape(client, KEY)
     assert (await client.get("/health")).status == 200  # /health stays public
 
@@ -150,7 +150,7 @@ async def test_non_stream_past_the_timeout_is_504_and_frees_the_slot(make_client
     body = chat(max_tokens=1000, temperature=0, logit_bias=EOS_BAN)
     resp = await client.post(CHAT, json=body)
     assert resp.status == 504
-    assert await resp.json() == {"detail": TIMEOUT_DETAIL}
+    assert await resp.json() == {"detail": TIMEOUT_DETAIL, "message": TIMEOUT_DETAIL}
     await assert_engine_idle(engine)
     found = await scrape(client)
     assert sample(found, "edgeserve_errors_total", status="504") == 1

@@ -58,6 +58,25 @@ async def test_disconnect_mid_stream_leaves_the_engine_idle(client, engine):
     await assert_engine_idle(engine)
 
 
+async def test_disconnect_mid_tool_call_stream_leaves_the_engine_idle(client, engine):
+    text = {"type": "object", "properties": {"story": {"type": "string"}}, "required": ["story"]}
+    tool = {"type": "function", "function": {"name": "tell", "parameters": text}}
+    request = body(
+        "Tell a long story about a dragon.",
+        tools=[tool],
+        tool_choice="required",
+        max_tokens=400,
+        temperature=0,
+        stream=True,
+    )
+    resp = await client.post(CHAT, json=request)
+    await read_events(resp, 4)  # the role, the call's start, two pieces of its arguments
+    assert engine.stats().busy_slots == 1, "the call is still being generated"
+    resp.close()
+    await assert_engine_idle(engine)
+    await still_serves(client)
+
+
 async def test_disconnect_of_a_non_stream_request_leaves_the_engine_idle(client, engine):
     task = asyncio.create_task(
         client.post(CHAT, json=body("Count.", max_tokens=400, logit_bias=EOS_BAN))

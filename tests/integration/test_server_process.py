@@ -152,7 +152,9 @@ async def test_full_queue_answers_503_with_retry_after(server_factory):
         async with session.post(url, json=body) as resp:
             assert resp.status == 503
             assert resp.headers["Retry-After"].isdigit()
-            assert (await resp.json())["detail"].startswith("Server is busy")
+            answer = await resp.json()
+            assert answer["detail"].startswith("Server is busy")
+            assert answer["message"] == answer["detail"]
         running.close()
         queued.cancel()
         for _ in range(200):

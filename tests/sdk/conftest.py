@@ -62,3 +62,10 @@ def sync_client(server: TestServer) -> Iterator[openai.OpenAI]:
     client = openai.OpenAI(base_url=base_url(server), api_key="x", max_retries=0, timeout=TIMEOUT_S)
     yield client
     client.close()
+
+
+def assert_error_says(exc: openai.APIStatusError, detail: str) -> None:
+    """The SDK error carries the reference's `detail` in its body, and edgeserve's `message`
+    (the same text) is what `str(exc)` prints."""
+    assert exc.body == {"detail": detail, "message": detail}
+    assert str(exc) == f"Error code: {exc.status_code} - {detail}"

@@ -9,6 +9,7 @@ import openai
 import pytest
 
 from tests.integration.conftest import EOS_BAN
+from tests.sdk.conftest import assert_error_says
 
 CATS = [{"role": "user", "content": "Write one short sentence about cats."}]
 FIELDS = {
@@ -98,4 +99,4 @@ ERRORS = [
 async def test_bad_requests(aclient, fields, detail, stream):
     with pytest.raises(openai.BadRequestError) as caught:
         await aclient.chat.completions.create(**FIELDS, **fields, stream=stream)
-    assert caught.value.body == {"detail": detail}
+    assert_error_says(caught.value, detail)

@@ -12,6 +12,7 @@ import openai
 import pytest
 from pydantic import BaseModel
 
+from tests.sdk.conftest import assert_error_says
 from tests.sdk.schema_check import problems
 
 VERDICT = {
@@ -176,4 +177,4 @@ async def test_unusable_formats_are_bad_requests(aclient, response_format, detai
         await aclient.chat.completions.create(
             model="any-model", messages=SKY, response_format=response_format, stream=stream
         )
-    assert caught.value.body == {"detail": detail}
+    assert_error_says(caught.value, detail)

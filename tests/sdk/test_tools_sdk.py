@@ -1,4 +1,4 @@
-"""Tools through the official `openai` SDK (non-streamed, as the reference allows).
+"""Tools through the official `openai` SDK, streamed (divergence 6) and not.
 
 Left to itself ("auto") the default Gemma base model rarely answers with a tool call, so those
 tests check that the answer is well-formed either way; `tool_choice` "required" or a named
@@ -16,6 +16,8 @@ import re
 import openai
 import pytest
 
+from tests.integration.engine_idle import assert_engine_idle
+from tests.sdk.conftest import assert_error_says
 from tests.sdk.schema_check import problems
 
 WEATHER = {
@@ -174,12 +176,69 @@ FORCED_ERRORS = [
 async def test_forced_call_errors(aclient, fields, detail):
     with pytest.raises(openai.BadRequestError) as caught:
         await aclient.chat.completions.create(model="any-model", messages=ASK, **fields)
-    assert caught.value.body == {"detail": detail}
+    assert_error_says(caught.value, detail)
 
 
-async def test_tools_cannot_stream(aclient):
+async def test_a_streamed_call_accumulates_to_the_non_streamed_one(aclient, engine):
+    request = {
+        "model": "any-model",
+        "messages": [{"role": "user", "content": "What is the weather in Tokyo?"}],
+        "tools": [FORECAST, CLOCK],
+        "tool_choice": {"type": "function", "function": {"name": "get_forecast"}},
+        "max_tokens": 64,
+        "temperature": 0,
+    }
+    plain = await aclient.chat.completions.create(**request)
+    async with aclient.chat.completions.stream(**request) as stream:
+        events = [event async for event in stream]
+        streamed = await stream.get_final_completion()
+    assert_forced_calls(plain, {"get_forecast"})
+    [choice] = streamed.choices
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content == "", "the role chunk's empty content, as the reference sends"
+    [call] = choice.message.tool_calls
+    assert re.fullmatch(r"call_[0-9a-f]{32}", call.id) and call.type == "function"
+    [expected] = plain.choices[0].message.tool_calls
+    assert call.function.name == expected.function.name
+    assert call.function.arguments == expected.function.arguments
+    pieces = [e.arguments_delta for e in events if e.type == "tool_calls.function.arguments.delta"]
+    assert len(pieces) > 2 and "".join(pieces) == call.function.arguments
+    [done] = [e for e in events if e.type == "tool_calls.function.arguments.done"]
+    assert (done.name, done.arguments) == (call.function.name, call.function.arguments)
+    await assert_engine_idle(engine)
+
+
+async def test_sync_streamed_call(sync_client):
+    def run() -> tuple[list[object], str | None]:
+        chunks = sync_client.chat.completions.create(
+            model="any-model",
+            messages=[{"role": "user", "content": "What time is it in London?"}],
+            tools=[CLOCK],
+            tool_choice="required",
+            max_tokens=48,
+            stream=True,
+        )
+        calls: dict[int, list[str]] = {}
+        reason = None
+        for chunk in chunks:
+            choice = chunk.choices[0]
+            reason = choice.finish_reason or reason
+            for piece in choice.delta.tool_calls or ():
+                if piece.id is not None:
+                    assert piece.function.name == "get_time" and piece.type == "function"
+                    calls[piece.index] = []
+                calls[piece.index].append(piece.function.arguments)
+        return ["".join(parts) for parts in calls.values()], reason
+
+    arguments, reason = await asyncio.to_thread(run)
+    assert reason == "tool_calls"
+    [text] = arguments
+    assert problems(json.loads(text), SCHEMAS["get_time"]) == []
+
+
+async def test_streamed_tools_with_n_2_are_refused(aclient):
     with pytest.raises(openai.BadRequestError) as caught:
         await aclient.chat.completions.create(
-            model="any-model", messages=ASK, tools=[WEATHER], stream=True
+            model="any-model", messages=ASK, tools=[WEATHER], stream=True, n=2
         )
-    assert caught.value.body == {"detail": "Cannot stream function calls."}
+    assert_error_says(caught.value, "Cannot stream multiple responses.")

@@ -123,6 +123,14 @@ def test_environment_is_read(monkeypatch, model, served):
     assert served[0].parallel == 2
 
 
+def test_reference_errors_switch_reaches_the_server(monkeypatch, model, served):
+    assert main(["serve", "--model", str(model)]) == 0
+    assert main(["serve", "--model", str(model), "--reference-errors"]) == 0
+    monkeypatch.setenv("EDGESERVE_REFERENCE_ERRORS", "true")
+    assert main(["serve", "--model", str(model)]) == 0
+    assert [s.reference_errors for s in served] == [False, True, True]
+
+
 def test_keyboard_interrupt_exits_0(monkeypatch, model, served):
     def interrupted(settings: config.Settings) -> int:
         raise KeyboardInterrupt

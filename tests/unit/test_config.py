@@ -85,6 +85,7 @@ def test_defaults(model):
         ping_interval_s=15.0,
         cors_origins=("*",),
         root_path="",
+        reference_errors=False,
         log_format="text",
         log_level="info",
         log_prompts=False,
@@ -152,6 +153,13 @@ PRECEDENCE = [
         ("API_KEY", "k3"),
         'api_keys = ["k4", "k5"]',
         (("k1", "k2"), ("k3",), ("k4", "k5"), ()),
+    ),
+    (
+        "reference_errors",
+        ["--reference-errors"],
+        ("EDGESERVE_REFERENCE_ERRORS", "0"),
+        "reference-errors = true",
+        (True, False, True, False),
     ),
     (
         "log_level",

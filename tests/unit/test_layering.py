@@ -24,6 +24,16 @@ FORBIDDEN = {
     "responses.py": ("aiohttp", "llama_cpp", "edgeserve.http"),
     "errors.py": ("aiohttp", "llama_cpp", "pydantic", "edgeserve."),
     "tool_calls.py": ("aiohttp", "llama_cpp", "pydantic", "edgeserve."),
+    "tool_stream.py": (
+        "aiohttp",
+        "llama_cpp",
+        "pydantic",
+        "edgeserve.http",
+        "edgeserve.engine",
+        "edgeserve.protocol",
+        "edgeserve.validation",
+        "edgeserve.responses",
+    ),
     "grammars.py": ("aiohttp", "pydantic", "edgeserve."),
     "logprobs.py": (
         "aiohttp",

@@ -9,14 +9,16 @@ from datetime import UTC, datetime
 
 import pytest
 
+from edgeserve.protocol import Finish
 from edgeserve.responses import (
     chat_completion_body,
-    content_chunk,
     error_body,
+    error_message,
     finish_chunk,
     models_body,
     new_completion_id,
     new_score_id,
+    piece_chunks,
     ping_comment,
     role_chunk,
     score_body,
@@ -24,6 +26,7 @@ from edgeserve.responses import (
     stream_error_event,
     usage_chunk,
 )
+from edgeserve.tool_stream import CallArguments, CallStart, Content
 
 CID = "chatcmpl-5bcf7e062fa743d18529a8b40f6967d8"
 HEAD = f'{{"id": "{CID}", "object": "chat.completion.chunk", "created": 1796011736, "model": "m", '
@@ -112,23 +115,34 @@ EVENTS = [
     ),
     (
         "content",
-        content_chunk(CID, "m", 1796011736, "Hel"),
+        *piece_chunks(CID, "m", 1796011736, [Content("Hel")]),
         HEAD + '"choices": [{"index": 0, "delta": {"content": "Hel"}, "finish_reason": null}]}',
     ),
     (
         "content raw UTF-8, escaped newline",
-        content_chunk(CID, "m", 1796011736, "é\n"),
+        *piece_chunks(CID, "m", 1796011736, [Content("é\n")]),
         HEAD + '"choices": [{"index": 0, "delta": {"content": "é\\n"}, "finish_reason": null}]}',
     ),
     (
         "finish stop",
-        finish_chunk(CID, "m", 1796011736, "stop"),
+        finish_chunk(CID, "m", 1796011736, Finish.STOP),
         HEAD + '"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}',
     ),
     (
         "finish length",
-        finish_chunk(CID, "m", 1796011736, "length"),
+        finish_chunk(CID, "m", 1796011736, Finish.LENGTH),
         HEAD + '"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}',
+    ),
+    (
+        "finish tool calls",
+        finish_chunk(CID, "m", 1796011736, Finish.TOOL),
+        HEAD + '"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}',
+    ),
+    (
+        "arguments piece",
+        *piece_chunks(CID, "m", 1796011736, [CallArguments(1, '{"city": "é')]),
+        HEAD + '"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 1, "function": '
+        '{"arguments": "{\\"city\\": \\"é"}}]}, "finish_reason": null}]}',
     ),
     (
         "usage",
@@ -151,7 +165,7 @@ EVENTS = [
     (
         "error with a list detail",
         stream_error_event(400, [{"a": "é"}]),
-        '{"error": {"message": "[{\\"a\\": \\"é\\"}]", "type": "server_error", "code": 400}}',
+        '{"error": {"message": "{\\"a\\": \\"é\\"}", "type": "server_error", "code": 400}}',
     ),
     ("plain payload", sse_event({"a": "é", "b": [1, None]}), '{"a": "é", "b": [1, null]}'),
 ]
@@ -164,6 +178,22 @@ EVENTS = [
 )
 def test_sse_events(event: bytes, payload: str) -> None:
     assert event == f"data: {payload}\n\n".encode()
+
+
+def test_a_call_starts_with_a_fresh_id_and_empty_arguments() -> None:
+    pieces = [CallStart(2, "get_weather"), CallStart(3, "now")]
+    chunks = piece_chunks(CID, "m", 1796011736, pieces)
+    ids = [json.loads(chunk[6:])["choices"][0]["delta"]["tool_calls"][0]["id"] for chunk in chunks]
+    assert all(re.fullmatch(r"call_[0-9a-f]{32}", call_id) for call_id in ids)
+    assert ids[0] != ids[1]
+    assert (
+        chunks[0]
+        == (
+            f'data: {HEAD}"choices": [{{"index": 0, "delta": {{"tool_calls": [{{"index": 2, '
+            f'"id": "{ids[0]}", "type": "function", "function": {{"name": "get_weather", '
+            '"arguments": ""}}]}, "finish_reason": null}]}\n\n'
+        ).encode()
+    )
 
 
 def test_role_chunk_size_matches_reference_plus_object_and_created() -> None:
@@ -246,5 +276,61 @@ ERRORS = [
 @pytest.mark.parametrize(
     ("detail", "expected"), [case[1:] for case in ERRORS], ids=[case[0] for case in ERRORS]
 )
-def test_error_body(detail: object, expected: bytes) -> None:
-    assert error_body(detail) == expected
+def test_reference_error_body(detail: object, expected: bytes) -> None:
+    assert error_body(detail, with_message=False) == expected
+
+
+@pytest.mark.parametrize(
+    ("detail", "expected"), [case[1:] for case in ERRORS], ids=[case[0] for case in ERRORS]
+)
+def test_error_body_adds_the_message_after_the_detail(detail: object, expected: bytes) -> None:
+    body = error_body(detail, with_message=True)
+    assert body.startswith(expected[:-1] + b',"message":')
+    assert json.loads(body) == {"detail": detail, "message": error_message(detail)}
+
+
+def item(loc: list[object], msg: str, **extra: object) -> dict[str, object]:
+    return {"type": "t", "loc": loc, "msg": msg, "input": None, **extra}
+
+
+MESSAGES = [
+    ("string is itself", "Invalid role", "Invalid role"),
+    (
+        "one item: dotted loc and msg",
+        [item(["body", "messages", 0, "role"], "Input should be 'user'")],
+        "body.messages.0.role: Input should be 'user'",
+    ),
+    (
+        "the decoder's reason",
+        [item(["body", 7], "JSON decode error", ctx={"error": "Expecting value"})],
+        "body.7: JSON decode error (Expecting value)",
+    ),
+    (
+        "a reason already in msg is not repeated",
+        [item(["body", "n"], "Value error, bad n", ctx={"error": "bad n"})],
+        "body.n: Value error, bad n",
+    ),
+    (
+        "three items",
+        [item(["body", f], "Field required") for f in ("a", "b", "c")],
+        "body.a: Field required; body.b: Field required; body.c: Field required",
+    ),
+    (
+        "more than three",
+        [item(["body", f], "Field required") for f in "abcde"],
+        "body.a: Field required; body.b: Field required; body.c: Field required; and 2 more errors",
+    ),
+    (
+        "one more",
+        [item(["body", f], "x") for f in "abcd"],
+        "body.a: x; body.b: x; body.c: x; and 1 more error",
+    ),
+    ("an item of another shape", [{"a": "é"}], '{"a": "é"}'),
+]
+
+
+@pytest.mark.parametrize(
+    ("detail", "expected"), [case[1:] for case in MESSAGES], ids=[case[0] for case in MESSAGES]
+)
+def test_error_message(detail: object, expected: str) -> None:
+    assert error_message(detail) == expected

@@ -15,11 +15,12 @@ from edgeserve.responses import (
     completion_body,
     completion_chunk,
     completion_usage_chunk,
-    content_chunk,
     new_text_completion_id,
     new_tool_call_id,
+    piece_chunks,
 )
 from edgeserve.tool_calls import ToolCall
+from edgeserve.tool_stream import Content
 
 CID = "chatcmpl-5bcf7e062fa743d18529a8b40f6967d8"
 XID = "cmpl-5bcf7e062fa743d18529a8b40f6967d8"
@@ -169,7 +170,7 @@ def test_chat_logprobs_per_choice_and_with_tool_calls() -> None:
 
 
 def test_chat_stream_chunk_with_logprobs() -> None:
-    chunk = content_chunk(CID, "m", 1, "Say", logprobs=[SAY]).decode()
+    [chunk] = [c.decode() for c in piece_chunks(CID, "m", 1, [Content("Say")], logprobs=[SAY])]
     assert chunk == (
         f'data: {{"id": "{CID}", "object": "chat.completion.chunk", "created": 1, "model": "m", '
         '"choices": [{"index": 0, "delta": {"content": "Say"}, "logprobs": {"content": ['
@@ -178,7 +179,7 @@ def test_chat_stream_chunk_with_logprobs() -> None:
         '{"token": "say", "logprob": -2.25, "bytes": [115, 97, 121]}]}], "refusal": null}, '
         '"finish_reason": null}]}\n\n'
     )
-    assert b"logprobs" not in content_chunk(CID, "m", 1, "Say")
+    assert b"logprobs" not in piece_chunks(CID, "m", 1, [Content("Say")])[0]
 
 
 def test_completion_body_with_logprobs() -> None:

@@ -99,6 +99,11 @@ CASES = [
     # --- Llama 3 JSON / edgeserve's generic format ----------------------------------------------
     ("generic JSON", '{"name": "get_weather", "arguments": {"city": "Paris"}}', [PARIS]),
     (
+        "lone surrogate escapes stay escapes in arguments, become U+FFFD in names",
+        '{"name": "f\\udc00", "arguments": {"a": "\\ud800x", "b": "\\ud83d\\ude00"}}',
+        [ToolCall("f\ufffd", '{"a": "\\ud800x", "b": "😀"}')],
+    ),
+    (
         "llama 3 parameters",
         ' {"name": "get_weather", "parameters": {"city": "Paris"}}\n',
         [PARIS],

@@ -180,12 +180,6 @@ REFERENCE_CHAT_ERRORS = [
         "Invalid URL: encoding with 'idna' codec failed (UnicodeError: label empty or too long)",
     ),
     (
-        "S1 stream with tools",
-        chat(user(), stream=True, tools=[tool()]),
-        400,
-        "Cannot stream function calls.",
-    ),
-    (
         "S2 stream with n=2",
         chat(user(), stream=True, n=2),
         400,
@@ -203,7 +197,8 @@ async def test_reference_chat_errors(body: Any, status: int, detail: str, limits
     error = await reject(body, limits)
     assert (error.status, error.detail) == (status, detail)
     assert (
-        error_body(error.detail) == json.dumps({"detail": detail}, separators=(",", ":")).encode()
+        error_body(error.detail, with_message=False)
+        == json.dumps({"detail": detail}, separators=(",", ":")).encode()
     )
 
 
@@ -277,9 +272,9 @@ PRECEDENCE = [
         URL_SCHEME,
     ),
     (
-        "tools beats n for stream",
+        "tools stream (divergence 6); n=2 still cannot",
         chat(user(), stream=True, n=2, tools=[tool()]),
-        "Cannot stream function calls.",
+        "Cannot stream multiple responses.",
     ),
     (
         "process errors beat stream checks",
@@ -317,9 +312,9 @@ PRECEDENCE = [
         "Cannot stream multiple responses.",
     ),
     (
-        "stream tools check beats n=0",
+        "stream with tools and n=0 reaches the n check",
         chat(user(), stream=True, n=0, tools=[tool()]),
-        "Cannot stream function calls.",
+        '"n" must be at least 1, got 0.',
     ),
     (
         "tool without function beats stream checks",
@@ -354,6 +349,15 @@ async def test_precedence(body: Any, detail: str | None, limits: Limits) -> None
         await accept(body, limits)
     else:
         assert (await reject(body, limits)).detail == detail
+
+
+@pytest.mark.parametrize("tool_choice", [None, "auto", "required"])
+async def test_tools_may_stream(limits: Limits, tool_choice: str | None) -> None:
+    request = await accept(
+        chat(user(), stream=True, tools=[tool()], tool_choice=tool_choice), limits
+    )
+    assert request.prompt.tools is not None
+    assert (request.params.grammar is not None) == (tool_choice == "required")
 
 
 async def test_stream_checks_allow_empty_tools_and_n_1(limits: Limits) -> None:
@@ -421,7 +425,7 @@ DIVERGENCES = [
         "tool without function",
         chat(user(), tools=[tool(), {"type": "code_interpreter"}]),
         'tools[1] has no "function"; give each tool a "function" object with '
-        '"name", "description" and "parameters".',
+        '"name" and "parameters" (and optionally "description").',
     ),
     (
         "null content",
@@ -753,6 +757,12 @@ async def test_tools_serialization(limits: Limits) -> None:
     )
 
 
+async def test_a_tool_without_description_is_shown_without_one(limits: Limits) -> None:
+    plain = {"function": {"name": "now", "parameters": {"type": "object"}}}
+    request = await accept(chat(user(), tools=[plain]), limits)
+    assert request.prompt.tools == '[{"name": "now", "parameters": {"type": "object"}}]'
+
+
 @pytest.mark.parametrize("tools", [None, []], ids=["null", "empty"])
 async def test_no_tools(tools: Any, limits: Limits) -> None:
     assert (await accept(chat(user(), tools=tools), limits)).prompt.tools is None
@@ -891,7 +901,10 @@ def test_decode_json_body_errors(raw: bytes, status: int, detail_json: str) -> N
     with pytest.raises(errors.ApiError) as caught:
         decode_json_body(raw, "application/json")
     assert caught.value.status == status
-    assert error_body(caught.value.detail) == f'{{"detail":{detail_json}}}'.encode()
+    assert (
+        error_body(caught.value.detail, with_message=False)
+        == f'{{"detail":{detail_json}}}'.encode()
+    )
 
 
 # --- auth (section 1.1, E1) ------------------------------------------------------------------

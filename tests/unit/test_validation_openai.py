@@ -116,10 +116,10 @@ async def test_tool_choice(fields: dict[str, Any], detail: str | None, limits: L
 
 
 async def test_reference_errors_come_before_tool_choice(limits: Limits) -> None:
-    req = parse_chat_request(chat(tools=[TOOL], tool_choice="required", stream=True))
+    req = parse_chat_request(chat(tools=[TOOL], tool_choice="required", stream=True, n=2))
     with pytest.raises(errors.ApiError) as caught:
         await prepare_chat(req, limits)
-    assert caught.value.detail == "Cannot stream function calls."
+    assert caught.value.detail == "Cannot stream multiple responses."
 
 
 WANTED = [

@@ -25,8 +25,9 @@ from edgeserve.http.keys import ENGINE, LIMITS, RECORD, SETTINGS
 from edgeserve.http.sse import EventStream
 from edgeserve.log import PROMPTS
 from edgeserve.logprobs import AlignedLogprob, LogprobAligner
-from edgeserve.protocol import ChatCompletionRequest
+from edgeserve.protocol import ChatCompletionRequest, Finish
 from edgeserve.tool_calls import parse_tool_calls
+from edgeserve.tool_stream import Content, ToolCallStream
 
 prompt_log = logging.getLogger(PROMPTS)
 
@@ -125,6 +126,11 @@ async def _stream(
     first: float | None = None
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     aligner = LogprobAligner()
+    # With tools, the answer is read for calls as it streams (README divergence 10): text is
+    # held while it may still be a call, so the log-probabilities of held tokens wait for the
+    # next event.
+    calls = ToolCallStream() if validation.tool_calls_wanted(req) else None
+    unsent: list[AlignedLogprob] = []
     stream = EventStream(request, request.app[SETTINGS].ping_interval_s)
     async with stream:
         if not await stream.send(responses.role_chunk(cid, req.model, created)):
@@ -133,24 +139,31 @@ async def _stream(
         try:
             async with limit:
                 async for event in gen.events():
-                    released = aligner.feed(event)
+                    unsent += aligner.feed(event)
                     if isinstance(event, TokenLogprob):
                         continue
+                    logprobs = unsent if req.logprobs else None
                     if isinstance(event, TextDelta):
                         first = first or time.perf_counter()
-                        chunk = responses.content_chunk(
-                            cid,
-                            req.model,
-                            created,
-                            event.text,
-                            logprobs=released if req.logprobs else None,
-                        )
+                        pieces = calls.feed(event.text) if calls else [Content(event.text)]
+                        chunks = responses.piece_chunks(cid, req.model, created, pieces, logprobs)
                     else:
                         completion = event.completion_tokens
                         cached = event.cached_tokens
-                        chunk = responses.finish_chunk(cid, req.model, created, event.reason)
-                    if not await stream.send(chunk):
-                        return stream.response
+                        pieces = calls.finish() if calls else []
+                        chunks = responses.piece_chunks(cid, req.model, created, pieces, logprobs)
+                        finish = (
+                            Finish.TOOL
+                            if calls and calls.called
+                            else responses.wire_finish_reason(event.reason)
+                        )
+                        rest = None if chunks or not unsent else logprobs
+                        chunks.append(responses.finish_chunk(cid, req.model, created, finish, rest))
+                    if chunks:
+                        unsent = []
+                    for chunk in chunks:
+                        if not await stream.send(chunk):
+                            return stream.response
         except EngineError as exc:
             err = validation.engine_error(exc)
             request[RECORD].error_status = err.status
