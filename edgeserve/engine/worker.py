@@ -510,7 +510,7 @@ class Engine:
         choice.generated.append(token)
         end = backend.is_eog(token)
         top_n = job.request.params.logprobs
-        if top_n is not None and not end:
+        if top_n is not None:
             assert logits is not None
             self._emit(job, self._describe(logits, choice.index, token, top_n))
         if end:
