@@ -148,3 +148,12 @@ async def test_malformed_bodies_and_methods(client):
     assert (resp.status, resp.headers["Allow"]) == (405, "POST")
     resp = await client.post("/tokenizer_info", json={})
     assert resp.status == 405
+
+
+async def test_large_bodies_round_trip(client):
+    """Over 256 KiB: parsed, tokenized and answered off the event loop."""
+    text = "Once upon a time, " * 20_000
+    status, data = await post(client, "/tokenize", {"prompt": text, "add_special_tokens": False})
+    assert status == 200 and data["count"] == len(data["tokens"]) > 50_000
+    status, back = await post(client, "/detokenize", {"tokens": data["tokens"]})
+    assert (status, back["prompt"]) == (200, text)

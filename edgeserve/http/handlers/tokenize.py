@@ -1,6 +1,6 @@
 """The tokenizer endpoints vLLM serves and lm-evaluation-harness's remote tokenizer reads:
-POST /tokenize, POST /detokenize, GET /tokenizer_info. Tokenizing runs on the engine's prepare
-threads, never on the event loop."""
+POST /tokenize, POST /detokenize, GET /tokenizer_info. Tokenizing and detokenizing run on the
+engine's prepare threads, and a large request's parsing and answer off the event loop."""
 
 from __future__ import annotations
 
@@ -18,16 +18,14 @@ async def tokenize(request: web.Request) -> web.Response:
     """`{"prompt"}` (or llama-server's `{"content"}`) → `{"tokens", "count", "max_model_len"}`."""
     body, large = await authenticated_body(request)
     req = await off_loop(large, validation.parse_tokenize_request, body)
-    work = validation.prepare_tokenize(req)
+    work = await off_loop(large, validation.prepare_tokenize, req)
     seconds = request.app[SETTINGS].request_timeout_s
     limit = asyncio.timeout(seconds)
     engine = request.app[ENGINE]
     async with engine_errors(limit, seconds), limit:
         tokens = await engine.tokenize(work)
-    max_model_len = engine.stats().n_ctx
-    return web.Response(
-        body=responses.tokenize_body(tokens, max_model_len), content_type="application/json"
-    )
+    answer = await off_loop(large, responses.tokenize_body, tokens, engine.stats().n_ctx)
+    return web.Response(body=answer, content_type="application/json")
 
 
 async def detokenize(request: web.Request) -> web.Response:
@@ -41,7 +39,8 @@ async def detokenize(request: web.Request) -> web.Response:
             text = await request.app[ENGINE].detokenize(tuple(req.tokens), special=True)
         except EngineError as exc:
             raise validation.token_engine_error(exc, "tokens") from exc
-    return web.Response(body=responses.detokenize_body(text), content_type="application/json")
+    answer = await off_loop(large, responses.detokenize_body, text)
+    return web.Response(body=answer, content_type="application/json")
 
 
 async def tokenizer_info(request: web.Request) -> web.Response:
