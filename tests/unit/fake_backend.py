@@ -231,7 +231,7 @@ class FakeBackend:
         tokens = [
             FIRST_LETTER + ord(c) - ord("a") if "a" <= c <= "z" else FIRST_LETTER + 26 for c in text
         ]
-        return [BOS, *tokens] if add_special else tokens
+        return [BOS, *tokens] if add_special and self.add_bos else tokens
 
     def detokenize(self, tokens: Sequence[int], *, special: bool) -> str:
         names = {BOS: "<bos>", EOS: "<eos>"} if special else {}

@@ -619,6 +619,17 @@ def test_scored_tokens_are_described_one_per_own_token():
     h.assert_clean()
 
 
+def test_without_bos_a_texts_first_token_is_described_with_no_value():
+    h = Harness()
+    h.backend.add_bos = False
+    _, events = h.score("abc", top=0)
+    h.run_until_idle()
+    [text] = events[0].tokens
+    assert text[0] == TokenLogprob(0, b"a", None)
+    assert [(t.index, t.token) for t in text[1:]] == [(1, b"b"), (2, b"c")]
+    h.assert_clean()
+
+
 def hold_rendering(backend: FakeBackend) -> threading.Event:
     """Make the backend's chat rendering wait until the returned event is set."""
     gate = threading.Event()
