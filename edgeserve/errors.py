@@ -11,6 +11,7 @@
       ├── PromptTooLong(n_prompt, n_ctx)   a prompt that cannot fit in the context (n_prompt
       │                                    may be a lower bound, at_least)
       ├── RequestTooLarge(what, got, limit) a request over a configured engine limit
+      ├── UnknownToken(position, token)    a token id outside the model's vocabulary
       └── InvalidPrompt(message)           the chat template refused the conversation
 
 No module here imports aiohttp, so every layer may use these.
@@ -80,6 +81,18 @@ class RequestTooLarge(EngineError):
         self.what = what
         self.got = got
         self.limit = limit
+
+
+class UnknownToken(EngineError):
+    """A token id that is not in the vocabulary: at `position` in a token prompt (of text
+    `index` in a score request)."""
+
+    def __init__(self, position: int, token: int, n_vocab: int, index: int | None = None) -> None:
+        super().__init__(f"token id {token} at position {position} is not in the vocabulary")
+        self.position = position
+        self.token = token
+        self.n_vocab = n_vocab
+        self.index = index
 
 
 class InvalidPrompt(EngineError):

@@ -5,6 +5,8 @@ text back (an unfinished UTF-8 character, a possible stop string), so one TextDe
 several tokens' text, or part of one. `LogprobAligner` queues each choice's entries and
 releases an entry once the text released so far covers the end of its token's bytes. Entries
 of tokens that a stop string swallowed are never released: they are dropped at the finish.
+A token with no text (an end-of-generation token) is released at the finish when asked
+(legacy completions list it, as vLLM does; chat does not, as OpenAI does not).
 """
 
 from __future__ import annotations
@@ -38,15 +40,20 @@ class _Choice:
 
 class LogprobAligner:
     """Feed it every event of a generation, in order; it returns the entries each event
-    releases (only a TextDelta releases any). `start(index)` is where choice `index`'s
-    generated text begins in its text, in characters (after an echoed prompt; 0 by default)."""
+    releases (a TextDelta, and with `release_at_end` a Finished: the entries of trailing
+    tokens without text). `start(index)` is where choice `index`'s generated text begins in
+    its text, in characters (after an echoed prompt; 0 by default)."""
 
-    def __init__(self, start: Callable[[int], int] | None = None) -> None:
+    def __init__(
+        self, start: Callable[[int], int] | None = None, *, release_at_end: bool = False
+    ) -> None:
         self._choices: dict[int, _Choice] = {}
         self._start = start
+        self._release_at_end = release_at_end
 
     def feed(self, event: TextDelta | TokenLogprob | Finished) -> list[AlignedLogprob]:
-        """Queue a TokenLogprob, release what a TextDelta covers, drop the rest at Finished."""
+        """Queue a TokenLogprob, release what a TextDelta covers, drop the rest at Finished
+        (or with `release_at_end`, release what the text covers and drop the rest)."""
         choice = self._choices.get(event.index)
         if choice is None:
             start = self._start(event.index) if self._start else 0
@@ -57,9 +64,15 @@ class LogprobAligner:
             choice.chars += _characters_started(event.token)
             return []
         if isinstance(event, Finished):
+            out = self._covered(choice) if self._release_at_end else []
             choice.queue.clear()
-            return []
+            return out
         choice.released += len(event.text.encode())
+        return self._covered(choice)
+
+    @staticmethod
+    def _covered(choice: _Choice) -> list[AlignedLogprob]:
+        """Dequeue the entries whose token's bytes the released text covers."""
         out = []
         while choice.queue and choice.queue[0][0] <= choice.released:
             out.append(choice.queue.popleft()[1])

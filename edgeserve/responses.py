@@ -9,6 +9,7 @@ finish_reason is the true one.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Final
 
+from edgeserve.engine.types import TokenizerInfo
 from edgeserve.logprobs import AlignedLogprob
 from edgeserve.protocol import (
     ChatCompletionDelta,
@@ -29,6 +31,7 @@ from edgeserve.protocol import (
     CompletionChoice,
     CompletionLogprobs,
     CompletionResponse,
+    DetokenizeResponse,
     Finish,
     Function,
     FunctionCall,
@@ -38,6 +41,8 @@ from edgeserve.protocol import (
     PromptTokensDetails,
     Role,
     ScoreEvaluationResponse,
+    TokenizeResponse,
+    TokenizerInfoResponse,
     ToolCallDelta,
     TopLogprob,
     Usage,
@@ -177,12 +182,16 @@ def chat_logprobs(entries: Sequence[AlignedLogprob]) -> ChoiceLogprobs:
 
 
 def completion_logprobs(entries: Sequence[AlignedLogprob]) -> CompletionLogprobs:
-    """OpenAI's legacy completion `logprobs` object for these tokens."""
+    """OpenAI's legacy completion `logprobs` object for these tokens (a token with no
+    log-probability, an echoed prompt's unpredicted first token, has null alternatives)."""
     return CompletionLogprobs(
         tokens=[token_text(entry.logprob.token) for entry in entries],
         token_logprobs=[entry.logprob.logprob for entry in entries],
         top_logprobs=[
-            {token_text(token): value for token, value in entry.logprob.top} for entry in entries
+            None
+            if entry.logprob.logprob is None
+            else {token_text(token): value for token, value in entry.logprob.top}
+            for entry in entries
         ],
         text_offset=[entry.text_offset for entry in entries],
     )
@@ -378,6 +387,22 @@ def score_body(
 def models_body(model_id: str, created: int) -> bytes:
     """GET /v1/models: one model card."""
     return ModelList(data=[ModelCard(id=model_id, created=created)]).model_dump_json().encode()
+
+
+def tokenize_body(tokens: list[int], max_model_len: int) -> bytes:
+    """POST /tokenize: the tokens, their count and the context size."""
+    response = TokenizeResponse(tokens=tokens, count=len(tokens), max_model_len=max_model_len)
+    return response.model_dump_json().encode()
+
+
+def detokenize_body(text: str) -> bytes:
+    """POST /detokenize: the text under vLLM's name and llama-server's."""
+    return DetokenizeResponse(prompt=text, content=text).model_dump_json().encode()
+
+
+def tokenizer_info_body(info: TokenizerInfo) -> bytes:
+    """GET /tokenizer_info: the engine's description of the tokenizer."""
+    return TokenizerInfoResponse(**dataclasses.asdict(info)).model_dump_json().encode()
 
 
 def error_body(detail: Any, *, with_message: bool) -> bytes:

@@ -9,8 +9,10 @@ The HTTP handlers call, in the reference's order (reference-api.md section 2):
     prepare_chat          wire model → engine request 400/403 (reference strings, then our own)
     prepare_completion    wire model → engine requests 400 (POST /v1/completions, ours only)
     prepare_score         wire model → ScoreRequest   400
+    prepare_tokenize      wire model → Tokenization   400 (POST /tokenize, ours only)
 
-plus engine_error (engine exceptions → 503/400), body_too_large (413), not_found (404),
+plus engine_error (engine exceptions → 503/400; completion_engine_error and token_engine_error
+name the prompt or token at fault), body_too_large (413), not_found (404),
 method_not_allowed (405) and request_timeout (504, past --request-timeout-s). Reference details
 are byte-exact; edgeserve's own messages (for inputs that crash the reference with a 500, for
 limits and for a text-only model) say what to change. All strings live in `Detail`.
@@ -44,17 +46,21 @@ from edgeserve.engine.types import (
     GrammarSpec,
     SamplingParams,
     ScoreRequest,
+    Tokenization,
+    TokenPrompt,
 )
 from edgeserve.protocol import (
     ChatCompletionRequest,
     ChatMessage,
     CompletionRequest,
+    DetokenizeRequest,
     FunctionAvailable,
     FunctionDefinition,
     MultimodalInputItem,
     ResponseFormat,
     Role,
     ScoreEvaluationRequest,
+    TokenizeRequest,
 )
 
 
@@ -135,10 +141,25 @@ class Detail:
     BEST_OF_UNSUPPORTED = (
         '"best_of" is not supported; leave it out or set it equal to "n" ({n}), got {value}.'
     )
-    EMPTY_PROMPT_LIST = '"prompt" is an empty list; send a string or a list of strings.'
+    EMPTY_PROMPT_LIST = (
+        '"prompt" is an empty list; send a string, a list of strings, a list of token ids or '
+        "a list of token-id lists."
+    )
+    EMPTY_TOKEN_PROMPT = '"{where}" is an empty list of token ids; send at least one token id.'
+    UNKNOWN_TOKEN = (
+        '"{where}" is the token id {token}, which is not in the vocabulary of this model '
+        "(ids 0 to {last}); send ids from its tokenizer (POST /tokenize)."
+    )
+    TOKENIZE_NO_TEXT = (
+        'The request has no text to tokenize; send {"prompt": "..."} '
+        '(or llama-server\'s {"content": "..."}).'
+    )
+    TOKENIZE_TWO_TEXTS = (
+        'The request has both "prompt" and "content"; send the text in one of them.'
+    )
     TOO_MANY_CHOICES = (
-        '"prompt" has {prompts} texts and "n" is {n}: {total} choices, but this server '
-        "allows at most {limit} per request; send fewer texts or lower n."
+        '"prompt" has {prompts} prompts and "n" is {n}: {total} choices, but this server '
+        "allows at most {limit} per request; send fewer prompts or lower n."
     )
     COMPLETION_PROMPT_TOO_LONG = (
         "{where} is {n_prompt} tokens but the context window is {n_ctx} tokens; shorten it "
@@ -377,6 +398,16 @@ def parse_completion_request(body: Any) -> CompletionRequest:
 def parse_score_request(body: Any) -> ScoreEvaluationRequest:
     """Validate a decoded body against the score schema; 422 with every error, FastAPI-shaped."""
     return _parse(ScoreEvaluationRequest, body)
+
+
+def parse_tokenize_request(body: Any) -> TokenizeRequest:
+    """Validate a decoded body against the /tokenize schema; 422, FastAPI-shaped."""
+    return _parse(TokenizeRequest, body)
+
+
+def parse_detokenize_request(body: Any) -> DetokenizeRequest:
+    """Validate a decoded body against the /detokenize schema; 422, FastAPI-shaped."""
+    return _parse(DetokenizeRequest, body)
 
 
 def _parse(model: type[_Model], body: Any) -> _Model:
@@ -817,20 +848,40 @@ def _is_encodable(text: str) -> bool:
     return True
 
 
-def prepare_completion(req: CompletionRequest, limits: Limits) -> list[GenerationRequest]:
-    """The legacy completion checks; one engine request per prompt text, in prompt order.
+@dataclass(frozen=True)
+class CompletionWork:
+    """What a completion request asks of the engine.
 
-    Order: an empty prompt list; the OpenAI features not implemented (`suffix`, `best_of`
-    other than n); the sampling checks chat has (n, max_tokens — whose default is OpenAI's 16,
-    null meaning as many as fit, 0 allowed only with `echo` —, ranges, logit_bias, stop);
-    `logprobs` (0 to MAX_TOP_LOGPROBS); the number of choices (texts × n) against the n limit;
-    invalid Unicode. Each prompt is raw text, tokenized with the model's BOS and no chat
-    template. `echo` with `max_tokens: 0` generates nothing: the list is empty and
-    `echo_scoring` says what to score.
+    `prompts` in request order (raw texts, or token ids used as given), `names` how messages
+    name each ("prompt", or "prompt[i]" for a list); `generations` one engine request per
+    prompt (none for `echo` with `max_tokens: 0`); `scoring` the prompts to score when their
+    tokens are echoed with log-probabilities (or nothing is generated), else None.
     """
-    prompts = [req.prompt] if isinstance(req.prompt, str) else list(req.prompt)
+
+    prompts: tuple[str | TokenPrompt, ...]
+    names: tuple[str, ...]
+    generations: tuple[GenerationRequest, ...]
+    scoring: ScoreRequest | None
+
+
+def prepare_completion(req: CompletionRequest, limits: Limits) -> CompletionWork:
+    """The legacy completion checks, and the engine work of a valid request.
+
+    Order: an empty prompt list or token list; the OpenAI features not implemented
+    (`suffix`, `best_of` other than n); the sampling checks chat has (n, max_tokens — whose
+    default is OpenAI's 16, null meaning as many as fit, 0 allowed only with `echo` —,
+    ranges, logit_bias, stop); `logprobs` (0 to MAX_TOP_LOGPROBS); the number of choices
+    (prompts × n) against the n limit; invalid Unicode. A text prompt is raw text, tokenized
+    with the model's BOS and no chat template; token ids are checked against the vocabulary
+    by the engine (see completion_engine_error).
+    """
+    prompts, single = _completion_prompts(req.prompt)
     if not prompts:
         raise _bad(Detail.EMPTY_PROMPT_LIST)
+    names = tuple(_prompt_names(len(prompts), single))
+    for where, prompt in zip(names, prompts, strict=True):
+        if isinstance(prompt, TokenPrompt) and not prompt.ids:
+            raise _bad(Detail.EMPTY_TOKEN_PROMPT.format(where=where))
     if req.suffix:
         raise _bad(Detail.SUFFIX_UNSUPPORTED)
     if req.best_of is not None and req.best_of != req.n:
@@ -846,44 +897,64 @@ def prepare_completion(req: CompletionRequest, limits: Limits) -> list[Generatio
                 prompts=len(prompts), n=req.n, total=total, limit=limits.max_n
             )
         )
-    where = _prompt_names(len(prompts), isinstance(req.prompt, str))
-    _check_unicode(
-        [
-            ("model", req.model),
-            *zip(where, prompts, strict=True),
-            *(("stop", text) for text in params.stop),
-        ]
+    texts = [(where, p) for where, p in zip(names, prompts, strict=True) if isinstance(p, str)]
+    _check_unicode([("model", req.model), *texts, *(("stop", text) for text in params.stop)])
+    scoring = None
+    if req.echo and (req.logprobs is not None or echo_only):
+        scoring = ScoreRequest(texts=prompts, top_logprobs=req.logprobs or 0)
+    generations = (
+        ()
+        if echo_only
+        else tuple(GenerationRequest(prompt=prompt, params=params, n=req.n) for prompt in prompts)
     )
-    if echo_only:
-        return []
-    return [GenerationRequest(prompt=text, params=params, n=req.n) for text in prompts]
+    return CompletionWork(prompts, names, generations, scoring)
 
 
-def echo_scoring(req: CompletionRequest) -> ScoreRequest | None:
-    """What an echoed completion needs scored (call after `prepare_completion`): the prompt
-    texts, each token described with `logprobs` alternatives, when `echo` comes with
-    `logprobs` or with `max_tokens: 0`; else None."""
-    if not req.echo or (req.logprobs is None and req.max_tokens != 0):
-        return None
-    prompts = (req.prompt,) if isinstance(req.prompt, str) else tuple(req.prompt)
-    return ScoreRequest(texts=prompts, top_logprobs=req.logprobs or 0)
+def _completion_prompts(
+    prompt: str | list[str] | list[int] | list[list[int]],
+) -> tuple[tuple[str | TokenPrompt, ...], bool]:
+    """The prompts, and whether the request sent a single one (a string or one list of token
+    ids) rather than a list of them."""
+    if isinstance(prompt, str):
+        return (prompt,), True
+    if prompt and isinstance(prompt[0], int):
+        return (TokenPrompt(tuple(prompt)),), True
+    return tuple(p if isinstance(p, str) else TokenPrompt(tuple(p)) for p in prompt), False
 
 
 def _prompt_names(count: int, single: bool) -> list[str]:
-    """How messages name each prompt text: "prompt", or "prompt[i]" for a list."""
+    """How messages name each prompt: "prompt", or "prompt[i]" for a list."""
     return ["prompt"] if single else [f"prompt[{i}]" for i in range(count)]
 
 
 def completion_engine_error(
-    exc: errors.EngineError, index: int, count: int, single: bool
+    exc: errors.EngineError, names: Sequence[str], index: int | None = None
 ) -> errors.ApiError:
-    """engine_error for prompt `index` of `count` of a completion request; a prompt that does
-    not fit the context is named as the request named it ("prompt" or "prompt[i]")."""
-    if isinstance(exc, errors.PromptTooLong):
-        where = _prompt_names(count, single)[index]
+    """engine_error for a completion request whose prompts `names` names: a prompt that does
+    not fit the context, or holds an unknown token id, is named as the request named it. The
+    failed engine request was for prompt `index`, or (None: the echo's scoring of every
+    prompt) for the one the error says."""
+    if isinstance(exc, errors.PromptTooLong | errors.UnknownToken):
+        position = index if exc.index is None else exc.index
+        assert position is not None, "an engine error of every prompt names its prompt"
+        where = names[position]
+        if isinstance(exc, errors.UnknownToken):
+            return token_engine_error(exc, where)
         return _bad(
             Detail.COMPLETION_PROMPT_TOO_LONG.format(
                 where=f'"{where}"', n_prompt=exc.count, n_ctx=exc.n_ctx
+            )
+        )
+    return engine_error(exc)
+
+
+def token_engine_error(exc: errors.EngineError, where: str) -> errors.ApiError:
+    """engine_error for a request whose token ids are the list `where` ("tokens",
+    "prompt[1]"): an id outside the vocabulary is named by its position in that list."""
+    if isinstance(exc, errors.UnknownToken):
+        return _bad(
+            Detail.UNKNOWN_TOKEN.format(
+                where=f"{where}[{exc.position}]", token=exc.token, last=exc.n_vocab - 1
             )
         )
     return engine_error(exc)
@@ -908,6 +979,24 @@ def prepare_score(req: ScoreEvaluationRequest, limits: Limits) -> ScoreRequest:
         reduction=req.reduction,
         return_token_logprobs=req.return_token_logprobs,
     )
+
+
+def prepare_tokenize(req: TokenizeRequest) -> Tokenization:
+    """The text of a /tokenize request, in vLLM's `prompt` or llama-server's `content` (not
+    both), and its options: special tokens are added as `add_special_tokens` (vLLM's name) or
+    else `add_special` (llama-server's) says, by default as each server does (vLLM adds them,
+    llama-server does not); the text of special tokens is read as those tokens unless
+    `parse_special` is false."""
+    if req.prompt is not None and req.content is not None:
+        raise _bad(Detail.TOKENIZE_TWO_TEXTS)
+    text = req.prompt if req.prompt is not None else req.content
+    if text is None:
+        raise _bad(Detail.TOKENIZE_NO_TEXT)
+    _check_unicode([("model", req.model), ("prompt" if req.content is None else "content", text)])
+    add_special = req.add_special_tokens
+    if add_special is None:
+        add_special = req.add_special if req.add_special is not None else req.prompt is not None
+    return Tokenization(text, add_special=add_special, parse_special=req.parse_special)
 
 
 def engine_error(exc: errors.EngineError) -> errors.ApiError:

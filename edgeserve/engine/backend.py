@@ -5,9 +5,9 @@ the whole job lifecycle runs in unit tests against a scripted fake backend in mi
 `LlamaBackend` is the real one: every native handle (model, contexts, batch, samplers) is
 made and freed here and in `model.py` / `sampling.py`.
 
-Thread rules: `render`, `tokenize`, `check_grammar` and the read-only attributes may be used
-from any thread once the backend exists (llama.cpp's tokenizer and grammar parser only read
-the vocabulary); everything else belongs to the engine thread.
+Thread rules: `render`, `tokenize`, `detokenize`, `piece`, `check_grammar` and the read-only
+attributes may be used from any thread once the backend exists (llama.cpp's tokenizer and
+grammar parser only read the vocabulary); everything else belongs to the engine thread.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from edgeserve.engine.chat_template import ChatTemplate, resolve_template
 from edgeserve.engine.jobs import SamplerHandle
 from edgeserve.engine.model import LoadedModel
 from edgeserve.engine.sampling import Sampler, grammar_sampler
-from edgeserve.engine.types import ChatPrompt, EngineConfig, SamplingParams
+from edgeserve.engine.types import ChatPrompt, EngineConfig, SamplingParams, TokenizerInfo
 
 
 class Batch(Protocol):
@@ -80,6 +80,7 @@ class Backend(KvCache, Protocol):
     max_piece_bytes: int
     gpu_offload: bool
     n_gpu_layers: int
+    tokenizer_info: TokenizerInfo
     batch: Batch
 
     def decode(self) -> int:
@@ -111,6 +112,11 @@ class Backend(KvCache, Protocol):
 
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         """Token ids for `text`."""
+        ...
+
+    def detokenize(self, tokens: Sequence[int], *, special: bool) -> str:
+        """The text of known token ids: their pieces joined (special tokens as their text when
+        `special`, else empty), invalid UTF-8 replaced."""
         ...
 
     def check_grammar(self, gbnf: str) -> None:
@@ -166,6 +172,18 @@ class LlamaBackend:
             self.model.close()
             raise
         model = self.model
+        vocab = model.vocab
+        self.tokenizer_info = TokenizerInfo(
+            tokenizer_class=model.metadata.get("tokenizer.ggml.model", ""),
+            bos_token=model.token_text(model.bos) or None,
+            eos_token=model.token_text(eos) or None,
+            pad_token=model.token_text(lc.llama_vocab_pad(vocab)) or None,
+            add_bos_token=model.add_bos,
+            add_eos_token=bool(lc.llama_vocab_get_add_eos(vocab)),
+            vocab_size=model.n_vocab,
+            model_max_length=model.n_ctx,
+            chat_template=source,
+        )
         self.n_ctx = model.n_ctx
         self.n_vocab = model.n_vocab
         self.n_seq = config.parallel
@@ -239,6 +257,12 @@ class LlamaBackend:
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         """llama.cpp's tokenizer (releases the GIL while it runs)."""
         return self.model.tokenize(text, add_special=add_special, parse_special=parse_special)
+
+    def detokenize(self, tokens: Sequence[int], *, special: bool) -> str:
+        """The joined pieces (cached per token), as llama-server's /detokenize joins them."""
+        piece = self.model.piece
+        data = b"".join(piece(token, special=special) for token in tokens)
+        return data.decode("utf-8", "replace")
 
     def check_grammar(self, gbnf: str) -> None:
         """Parse `gbnf` once with llama.cpp (InvalidPrompt when it refuses it)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from types import TracebackType
 
@@ -16,6 +17,8 @@ from edgeserve.engine.types import (
     ScoreRequest,
     ScoreResult,
     TextDelta,
+    Tokenization,
+    TokenizerInfo,
     TokenLogprob,
 )
 from edgeserve.engine.worker import Engine
@@ -103,6 +106,21 @@ class EngineClient:
             raise event
         assert isinstance(event, ScoreResult)
         return event
+
+    async def tokenize(self, request: Tokenization) -> list[int]:
+        """The model's tokens for a text, tokenized on a prepare thread."""
+        return await asyncio.wrap_future(
+            self.engine.on_prepare_thread(self.engine.tokenize, request)
+        )
+
+    async def detokenize(self, tokens: tuple[int, ...], *, special: bool) -> str:
+        """The text of `tokens`, on a prepare thread (raises UnknownToken)."""
+        work = functools.partial(self.engine.detokenize, tokens, special=special)
+        return await asyncio.wrap_future(self.engine.on_prepare_thread(work))
+
+    def tokenizer_info(self) -> TokenizerInfo:
+        """The loaded model's tokenizer description (raises EngineStopped before)."""
+        return self.engine.tokenizer_info()
 
     @property
     def can_generate(self) -> bool:

@@ -24,7 +24,7 @@ import numpy as np
 
 from edgeserve.engine.detok import StopMatcher, Utf8Assembler
 from edgeserve.engine.scoring import TextState
-from edgeserve.engine.types import GenerationRequest, ScoreRequest, ScoreResult
+from edgeserve.engine.types import GenerationRequest, ScoreRequest, ScoreResult, TokenLogprob
 
 
 class JobState(enum.Enum):
@@ -183,8 +183,9 @@ class ScoreJob:
             self.current += 1
         return None
 
-    def result(self) -> ScoreResult:
-        """Reduce each text's log-probabilities as the request asked."""
+    def result(self, piece: Callable[[int], bytes]) -> ScoreResult:
+        """Reduce each text's log-probabilities as the request asked; `piece` gives a token's
+        bytes, for the first token of a text that has no BOS (described, with no value)."""
         scores = []
         for text in self.texts:
             total = math.fsum(text.logprobs)
@@ -198,7 +199,7 @@ class ScoreJob:
             else None
         )
         details = (
-            tuple(tuple(t.details) for t in self.texts)
+            tuple(_described(t, piece) for t in self.texts)
             if self.request.top_logprobs is not None
             else None
         )
@@ -208,6 +209,13 @@ class ScoreJob:
             n_tokens=sum(len(t.tokens) for t in self.texts),
             tokens=details,
         )
+
+
+def _described(text: TextState, piece: Callable[[int], bytes]) -> tuple[TokenLogprob, ...]:
+    """A scored text's token entries, led by its own first token when it has one."""
+    if not (text.own_first and text.tokens):
+        return tuple(text.details)
+    return (TokenLogprob(0, piece(text.tokens[0]), None), *text.details)
 
 
 AnyJob = Job | ScoreJob

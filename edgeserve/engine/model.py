@@ -106,7 +106,6 @@ class LoadedModel:
         self.gpu_offload = bool(lc.llama_supports_gpu_offload())
         self.n_gpu_layers = min(self.n_layer + 1, mparams.n_gpu_layers) if self.gpu_offload else 0
         self._pieces: dict[int, bytes] = {}
-        self._piece_buf = ctypes.create_string_buffer(256)
         log.info(
             "loaded %s: %d layers, vocab %d, n_ctx %d, %d sequences, %d threads",
             config.model_path,
@@ -216,18 +215,18 @@ class LoadedModel:
         return list(buf[:n])
 
     def piece(self, token: int, *, special: bool = False) -> bytes:
-        """The bytes a token stands for (cached; special tokens render as "" unless asked)."""
+        """The bytes a token stands for (cached; special tokens render as "" unless asked).
+        Safe on any thread: a miss reads the vocabulary into a buffer of its own."""
         key = token if not special else -token - 1
         cached = self._pieces.get(key)
         if cached is not None:
             return cached
-        n = lc.llama_token_to_piece(self.vocab, token, self._piece_buf, 256, 0, special)
+        buf = ctypes.create_string_buffer(256)
+        n = lc.llama_token_to_piece(self.vocab, token, buf, 256, 0, special)
         if n < 0:
-            big = ctypes.create_string_buffer(-n)
-            n = lc.llama_token_to_piece(self.vocab, token, big, -n, 0, special)
-            out = big.raw[:n]
-        else:
-            out = self._piece_buf.raw[:n]
+            buf = ctypes.create_string_buffer(-n)
+            n = lc.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
+        out = buf.raw[:n]
         self._pieces[key] = out
         return out
 

@@ -3,7 +3,8 @@
 Rendering a chat template and tokenizing are the costly parts of a request that does not fit
 (100,000 messages, megabytes of score texts); here they run beside the engine, and a text whose
 UTF-8 size alone proves that it cannot fit is refused before it is tokenized: no token is
-longer than the vocabulary's longest piece, so B bytes are at least B / longest tokens.
+longer than the vocabulary's longest piece, so B bytes are at least B / longest tokens. Token
+prompts are used as given, once every id is known to be in the vocabulary.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from edgeserve.engine.types import (
     EngineConfig,
     GenerationRequest,
     ScoreRequest,
+    TokenPrompt,
 )
-from edgeserve.errors import PromptTooLong, RequestTooLarge
+from edgeserve.errors import PromptTooLong, RequestTooLarge, UnknownToken
 
 
 def at_least_tokens(backend: Backend, text: str) -> int:
@@ -28,22 +30,26 @@ def at_least_tokens(backend: Backend, text: str) -> int:
     return size // backend.max_piece_bytes if size >= backend.n_ctx else 0
 
 
+def known_tokens(n_vocab: int, ids: tuple[int, ...], index: int | None = None) -> list[int]:
+    """`ids` as a list, once each is a token of the vocabulary; else UnknownToken naming the
+    first that is not (in text `index` of a score request)."""
+    for position, token in enumerate(ids):
+        if not 0 <= token < n_vocab:
+            raise UnknownToken(position, token, n_vocab, index)
+    return list(ids)
+
+
 def prepare_generation(
     backend: Backend, config: EngineConfig, request: GenerationRequest
 ) -> Prompt:
     """Render, bound, tokenize and size a generation; check its grammar. Raises
-    PromptTooLong or InvalidPrompt."""
+    PromptTooLong, UnknownToken or InvalidPrompt."""
     n_ctx = backend.n_ctx
-    if isinstance(request.prompt, ChatPrompt):
-        chat, text = True, backend.render(request.prompt)
+    prompt = request.prompt
+    if isinstance(prompt, TokenPrompt):
+        tokens = known_tokens(backend.n_vocab, prompt.ids)
     else:
-        chat, text = False, request.prompt
-    bound = at_least_tokens(backend, text)
-    if bound >= n_ctx:
-        raise PromptTooLong(bound, n_ctx, at_least=True)
-    tokens = backend.tokenize(text, add_special=not chat, parse_special=chat)
-    if chat and backend.add_bos and (not tokens or tokens[0] != backend.bos):
-        tokens.insert(0, backend.bos)
+        tokens = _text_tokens(backend, prompt)
     n_prompt = len(tokens)
     if n_prompt >= n_ctx:
         raise PromptTooLong(n_prompt, n_ctx)
@@ -59,16 +65,35 @@ def prepare_generation(
     return Prompt(tokens, max_new, reserve, gbnf)
 
 
+def _text_tokens(backend: Backend, prompt: ChatPrompt | str) -> list[int]:
+    """A chat (rendered, special tokens parsed, BOS ensured) or raw text (BOS added as the
+    model says) as tokens; PromptTooLong when its size alone proves it cannot fit."""
+    if isinstance(prompt, ChatPrompt):
+        chat, text = True, backend.render(prompt)
+    else:
+        chat, text = False, prompt
+    bound = at_least_tokens(backend, text)
+    if bound >= backend.n_ctx:
+        raise PromptTooLong(bound, backend.n_ctx, at_least=True)
+    tokens = backend.tokenize(text, add_special=not chat, parse_special=chat)
+    if chat and backend.add_bos and (not tokens or tokens[0] != backend.bos):
+        tokens.insert(0, backend.bos)
+    return tokens
+
+
 def prepare_score(backend: Backend, config: EngineConfig, request: ScoreRequest) -> list[TextState]:
     """Tokenize each text (truncated to max_length), checking the limits as it goes. Raises
-    PromptTooLong (naming the text) or RequestTooLarge."""
+    PromptTooLong or UnknownToken (naming the text) or RequestTooLarge."""
     n_ctx = backend.n_ctx
     texts: list[TextState] = []
     total = 0
     for index, text in enumerate(request.texts):
-        if request.max_length is None and (bound := at_least_tokens(backend, text)) > n_ctx:
-            raise PromptTooLong(bound, n_ctx, index=index, at_least=True)
-        tokens = backend.tokenize(text, add_special=True, parse_special=False)
+        if isinstance(text, TokenPrompt):
+            tokens = known_tokens(backend.n_vocab, text.ids, index)
+        else:
+            if request.max_length is None and (bound := at_least_tokens(backend, text)) > n_ctx:
+                raise PromptTooLong(bound, n_ctx, index=index, at_least=True)
+            tokens = backend.tokenize(text, add_special=True, parse_special=False)
         if request.max_length is not None:
             tokens = tokens[: request.max_length]
         if len(tokens) > n_ctx:
@@ -76,5 +101,6 @@ def prepare_score(backend: Backend, config: EngineConfig, request: ScoreRequest)
         total += len(tokens)
         if total > config.max_score_tokens:
             raise RequestTooLarge("tokens", total, config.max_score_tokens)
-        texts.append(TextState(tokens, classify=backend.is_classifier))
+        own_first = isinstance(text, TokenPrompt) or not backend.add_bos
+        texts.append(TextState(tokens, classify=backend.is_classifier, own_first=own_first))
     return texts

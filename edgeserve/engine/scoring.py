@@ -45,10 +45,12 @@ class LogSoftmax:
 
 @dataclass(eq=False)
 class TextState:
-    """One text of a score request while it is being decoded."""
+    """One text of a score request while it is being decoded. `own_first`: its first token is
+    the text's own (a token prompt, or a model that adds no BOS), not a BOS added to it."""
 
     tokens: list[int]
     classify: bool = False
+    own_first: bool = False
     fed: int = 0
     logprobs: list[float] = field(default_factory=list)
     details: list[TokenLogprob] = field(default_factory=list)

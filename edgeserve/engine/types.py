@@ -80,19 +80,28 @@ class ChatPrompt:
 
 
 @dataclass(frozen=True)
-class GenerationRequest:
-    """Work for the engine: a prompt (chat or raw text) and how to sample `n` answers."""
+class TokenPrompt:
+    """A prompt given as token ids, used exactly as given (no BOS is added)."""
 
-    prompt: ChatPrompt | str
+    ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """Work for the engine: a prompt (chat, raw text or token ids) and how to sample `n`
+    answers."""
+
+    prompt: ChatPrompt | str | TokenPrompt
     params: SamplingParams
     n: int = 1
 
 
 @dataclass(frozen=True)
 class ScoreRequest:
-    """Texts to score by the model's log-probabilities (or a classifier head's logit)."""
+    """Texts (raw text, BOS added as the model says, or token ids as given) to score by the
+    model's log-probabilities (or a classifier head's logit)."""
 
-    texts: tuple[str, ...]
+    texts: tuple[str | TokenPrompt, ...]
     max_length: int | None = None
     reduction: Literal["mean", "sum"] = "mean"
     return_token_logprobs: bool = False
@@ -100,12 +109,23 @@ class ScoreRequest:
 
 
 @dataclass(frozen=True)
+class Tokenization:
+    """Text to tokenize: BOS/EOS added as the model says when `add_special`, the text of
+    special tokens (such as "<bos>") read as those tokens when `parse_special`."""
+
+    text: str
+    add_special: bool
+    parse_special: bool
+
+
+@dataclass(frozen=True)
 class ScoreResult:
     """One score per text in request order, plus per-token log-probabilities when asked.
 
-    With `ScoreRequest.top_logprobs` set, `tokens` describes each text's scored tokens in
-    order: `TokenLogprob.index` is the token's position in the text's tokens (BOS, when the
-    model adds one, is position 0 and is never scored), with its bytes and alternatives.
+    With `ScoreRequest.top_logprobs` set, `tokens` describes each text's own tokens in order:
+    `TokenLogprob.index` is the token's position in the text's tokens, with its bytes and
+    alternatives. A BOS the model adds is position 0 and is not described; without one, the
+    text's first token is described with no log-probability (nothing predicts it).
     """
 
     scores: tuple[float, ...]
@@ -126,11 +146,12 @@ class TextDelta:
 class TokenLogprob:
     """Sent per sampled token when `SamplingParams.logprobs` is set: the token's log-probability
     under the model (before sampling adjustments) and the `logprobs` most likely alternatives.
-    Also describes a scored token (see ScoreResult.tokens)."""
+    Also describes a scored text's token (see ScoreResult.tokens), where `logprob` is None for
+    a first token that nothing predicts."""
 
     index: int
     token: bytes
-    logprob: float
+    logprob: float | None
     top: tuple[tuple[bytes, float], ...] = ()
 
 
@@ -150,6 +171,22 @@ class PromptInfo:
 
     prompt_tokens: int
     cached_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class TokenizerInfo:
+    """The model's tokenizer as clients see it (vLLM's /tokenizer_info): the special tokens'
+    text (None when the model has none), whether BOS/EOS are added, the chat template in use."""
+
+    tokenizer_class: str
+    bos_token: str | None
+    eos_token: str | None
+    pad_token: str | None
+    add_bos_token: bool
+    add_eos_token: bool
+    vocab_size: int
+    model_max_length: int
+    chat_template: str
 
 
 @dataclass(frozen=True)

@@ -30,14 +30,14 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from edgeserve.engine.backend import Backend, LlamaBackend
 from edgeserve.engine.jobs import AnyJob, Choice, Job, Prompt, ScoreJob, Sink
 from edgeserve.engine.policy import GenerationPlan, InvariantError, Scheduler, ScorePlan
-from edgeserve.engine.prepare import prepare_generation, prepare_score
+from edgeserve.engine.prepare import known_tokens, prepare_generation, prepare_score
 from edgeserve.engine.scoring import LogSoftmax, TextState
 from edgeserve.engine.types import (
     EngineConfig,
@@ -47,6 +47,8 @@ from edgeserve.engine.types import (
     GenerationRequest,
     ScoreRequest,
     TextDelta,
+    Tokenization,
+    TokenizerInfo,
     TokenLogprob,
 )
 from edgeserve.errors import (
@@ -71,6 +73,7 @@ PREPARE_THREADS = 2
 GRAMMAR_THREADS = 2
 
 BackendFactory = Callable[[EngineConfig], Backend]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -198,12 +201,18 @@ class Engine:
         """Render and tokenize on a prepare thread: a Future of the `Prompt` (generation) or
         the texts' states (score), or of the EngineError that refuses the request. The
         request holds a queue place meanwhile (EngineOverloaded when there is none)."""
+        if isinstance(request, GenerationRequest):
+            return self.on_prepare_thread(self.prepare, request)
+        return self.on_prepare_thread(self.prepare_score, request)
+
+    def on_prepare_thread(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        """`fn(*args)` on a prepare thread, holding a queue place meanwhile (EngineOverloaded
+        when there is none, EngineStopped once closed)."""
         with self._cond:
             self._check_room()
             self._preparing += 1
-        prepare = self.prepare if isinstance(request, GenerationRequest) else self.prepare_score
         try:
-            future = self._prepare.submit(prepare, request)
+            future = self._prepare.submit(fn, *args)
         except RuntimeError:  # the pool was shut down by close()
             self._prepared(None)
             raise EngineStopped("the engine is not accepting requests") from None
@@ -228,6 +237,21 @@ class Engine:
     def prepare_score(self, request: ScoreRequest) -> list[TextState]:
         """Tokenize a score request's texts (see prepare.py); any thread."""
         return prepare_score(self._ready_backend(), self.config, request)
+
+    def tokenize(self, request: Tokenization) -> list[int]:
+        """The model's tokens for a text; any thread."""
+        return self._ready_backend().tokenize(
+            request.text, add_special=request.add_special, parse_special=request.parse_special
+        )
+
+    def detokenize(self, tokens: tuple[int, ...], *, special: bool) -> str:
+        """The text of `tokens` (UnknownToken for an id outside the vocabulary); any thread."""
+        backend = self._ready_backend()
+        return backend.detokenize(known_tokens(backend.n_vocab, tokens), special=special)
+
+    def tokenizer_info(self) -> TokenizerInfo:
+        """The loaded model's tokenizer description (EngineStopped before it is loaded)."""
+        return self._ready_backend().tokenizer_info
 
     # ---- submission (any thread) ------------------------------------------------------------
 
@@ -486,7 +510,7 @@ class Engine:
         choice.generated.append(token)
         end = backend.is_eog(token)
         top_n = job.request.params.logprobs
-        if top_n is not None and not end:
+        if top_n is not None:
             assert logits is not None
             self._emit(job, self._describe(logits, choice.index, token, top_n))
         if end:
@@ -542,7 +566,8 @@ class Engine:
 
     def _score(self, plan: ScorePlan) -> None:
         scheduler = self.scheduler
-        assert scheduler is not None
+        backend = self.backend
+        assert scheduler is not None and backend is not None
         job = plan.job
         try:
             self._score_chunk(plan)
@@ -552,7 +577,7 @@ class Engine:
         if job.current_text() is None:
             scheduler.finish_score(job)
             self._score_idle_since = time.monotonic()
-            self._emit(job, job.result())
+            self._emit(job, job.result(backend.piece))
 
     def _score_chunk(self, plan: ScorePlan) -> None:
         backend = self.backend

@@ -16,6 +16,7 @@ from edgeserve.http.handlers.health import health
 from edgeserve.http.handlers.metrics import prometheus_metrics
 from edgeserve.http.handlers.models import list_models
 from edgeserve.http.handlers.score import score_evaluation
+from edgeserve.http.handlers.tokenize import detokenize, tokenize, tokenizer_info
 from edgeserve.http.keys import ENGINE, KNOWN_PATHS, LIMITS, METRICS, SETTINGS
 from edgeserve.metrics import Metrics
 from edgeserve.validation import Limits
@@ -25,6 +26,9 @@ ROUTES = (
     ("POST", "/v1/chat/completions", chat_completions),
     ("POST", "/v1/completions", completions),
     ("POST", "/v1/score/evaluation", score_evaluation),
+    ("POST", "/tokenize", tokenize),
+    ("POST", "/detokenize", detokenize),
+    ("GET", "/tokenizer_info", tokenizer_info),
     ("GET", "/health", health),
     ("GET", "/metrics", prometheus_metrics),
 )

@@ -34,6 +34,13 @@ from edgeserve.protocol.completions import (
 )
 from edgeserve.protocol.models import ModelCard, ModelList
 from edgeserve.protocol.score import ScoreEvaluationRequest, ScoreEvaluationResponse
+from edgeserve.protocol.tokenize import (
+    DetokenizeRequest,
+    DetokenizeResponse,
+    TokenizeRequest,
+    TokenizeResponse,
+    TokenizerInfoResponse,
+)
 
 __all__ = [
     "URL",
@@ -51,6 +58,8 @@ __all__ = [
     "CompletionLogprobs",
     "CompletionRequest",
     "CompletionResponse",
+    "DetokenizeRequest",
+    "DetokenizeResponse",
     "Finish",
     "Function",
     "FunctionAvailable",
@@ -67,6 +76,9 @@ __all__ = [
     "ScoreEvaluationRequest",
     "ScoreEvaluationResponse",
     "StreamOptions",
+    "TokenizeRequest",
+    "TokenizeResponse",
+    "TokenizerInfoResponse",
     "ToolCallDelta",
     "TopLogprob",
     "Usage",

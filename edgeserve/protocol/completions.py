@@ -16,10 +16,12 @@ from edgeserve.protocol.common import ProtocolModel, Usage
 
 
 class CompletionRequest(ProtocolModel):
-    """POST /v1/completions body; `prompt` is one text or a list of texts (one choice each)."""
+    """POST /v1/completions body; `prompt` is one text, a list of texts, one list of token ids
+    or a list of them (each prompt gets its own choices). `model` is optional (the served
+    model), as in vLLM and llama-server."""
 
-    model: str
-    prompt: str | list[str]
+    model: str | None = None
+    prompt: str | list[str] | list[int] | list[list[int]]
     best_of: int | None = None
     echo: bool = False
     frequency_penalty: float | None = None
@@ -45,11 +47,12 @@ class CompletionRequest(ProtocolModel):
 class CompletionLogprobs(ProtocolModel):
     """OpenAI's legacy per-token log-probabilities, one list entry per token: its text, its
     log-probability, the most likely alternatives (text → log-probability) and where it
-    starts in the choice's text (in characters)."""
+    starts in the choice's text (in characters). An echoed prompt's first token has null
+    log-probability and alternatives when nothing predicts it."""
 
     tokens: list[str]
-    token_logprobs: list[float]
-    top_logprobs: list[dict[str, float]]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None]
     text_offset: list[int]
 
 

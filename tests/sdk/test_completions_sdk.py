@@ -159,3 +159,19 @@ async def test_echo_with_logprobs_leads_with_the_prompt_tokens(aclient):
     [chunk] = [c.choices[0] async for c in stream]
     assert (chunk.text, chunk.finish_reason) == (PROMPT, "length")
     assert chunk.logprobs.token_logprobs == prompt_part.token_logprobs
+
+
+async def test_token_id_prompts(aclient):
+    """The SDK's `prompt=[[ids]]`: the ids as given, the first echoed token with null
+    log-probability (nothing predicts it), then one entry per token and the generated one."""
+    ids = [818, 5279, 529, 7001, 563]  # "The capital of France is", no BOS
+    completion = await aclient.completions.create(
+        model="any-model", prompt=[ids, [2, *ids]], echo=True, logprobs=1, max_tokens=1
+    )
+    for choice, count in zip(completion.choices, (len(ids), len(ids) + 1), strict=True):
+        logprobs = choice.logprobs
+        assert choice.text.startswith("The capital of France is")
+        assert len(logprobs.tokens) == count + 1
+        assert logprobs.token_logprobs[0] is None and logprobs.top_logprobs[0] is None
+        assert all(value <= 0.0 for value in logprobs.token_logprobs[1:])
+    assert completion.usage is not None and completion.usage.prompt_tokens == 2 * len(ids) + 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from typing import Any
 
 import openai
 import pytest
@@ -179,11 +180,17 @@ async def test_forced_call_errors(aclient, fields, detail):
     assert_error_says(caught.value, detail)
 
 
+def strict(tool: dict[str, Any]) -> dict[str, Any]:
+    """`tool` marked `strict`, which the SDK's stream helper asks for before it parses calls
+    (openai < 3.10); edgeserve enforces every tool's parameters either way."""
+    return {**tool, "function": {**tool["function"], "strict": True}}
+
+
 async def test_a_streamed_call_accumulates_to_the_non_streamed_one(aclient, engine):
     request = {
         "model": "any-model",
         "messages": [{"role": "user", "content": "What is the weather in Tokyo?"}],
-        "tools": [FORECAST, CLOCK],
+        "tools": [strict(FORECAST), strict(CLOCK)],
         "tool_choice": {"type": "function", "function": {"name": "get_forecast"}},
         "max_tokens": 64,
         "temperature": 0,

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from edgeserve.engine.types import ChatPrompt, EngineConfig, SamplingParams
+from edgeserve.engine.types import ChatPrompt, EngineConfig, SamplingParams, TokenizerInfo
 from edgeserve.errors import InvalidPrompt
 
 VOCAB = 40
@@ -139,6 +139,9 @@ class FakeBackend:
         self.max_piece_bytes = 1
         self.gpu_offload = False
         self.n_gpu_layers = 0
+        self.tokenizer_info = TokenizerInfo(
+            "fake", "<bos>", "<eos>", None, True, False, VOCAB, config.n_ctx, ""
+        )
         self.batch = FakeBatch(config.n_batch)
         self._cells = itertools.count()
         self._seqs: dict[int, list[tuple[int, int]]] = {s: [] for s in range(self.n_seq)}
@@ -228,7 +231,11 @@ class FakeBackend:
         tokens = [
             FIRST_LETTER + ord(c) - ord("a") if "a" <= c <= "z" else FIRST_LETTER + 26 for c in text
         ]
-        return [BOS, *tokens] if add_special else tokens
+        return [BOS, *tokens] if add_special and self.add_bos else tokens
+
+    def detokenize(self, tokens: Sequence[int], *, special: bool) -> str:
+        names = {BOS: "<bos>", EOS: "<eos>"} if special else {}
+        return "".join(names.get(t) or self.piece(t).decode() for t in tokens)
 
     def check_grammar(self, gbnf: str) -> None:
         if gbnf == "unparsable":

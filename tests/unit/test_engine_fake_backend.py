@@ -27,15 +27,26 @@ from edgeserve.engine.types import (
     ScoreRequest,
     ScoreResult,
     TextDelta,
+    TokenLogprob,
+    TokenPrompt,
 )
 from edgeserve.engine.worker import Engine
-from edgeserve.errors import EngineFault, EngineRestarted, InvalidPrompt, PromptTooLong
+from edgeserve.errors import (
+    EngineFault,
+    EngineRestarted,
+    InvalidPrompt,
+    PromptTooLong,
+    UnknownToken,
+)
 from tests.unit.fake_backend import (
+    BOS,
     EOS,
+    FIRST_LETTER,
     GRAMMAR_RAISES_ON_ADMIT,
     GRAMMAR_RAISES_ON_SAMPLE,
     GRAMMAR_SLOW,
     SEED_RAISES,
+    VOCAB,
     FakeBackend,
     FakeSampler,
 )
@@ -61,7 +72,9 @@ class Harness:
         self.backend: FakeBackend = self.engine.backend  # type: ignore[assignment]
         self.scheduler: Scheduler = self.engine.scheduler  # type: ignore[assignment]
 
-    def submit(self, prompt: str = "hello there", n: int = 1, **params) -> tuple[Job, list]:
+    def submit(
+        self, prompt: str | TokenPrompt = "hello there", n: int = 1, **params
+    ) -> tuple[Job, list]:
         params.setdefault("max_tokens", 6)
         params.setdefault("temperature", 0.0)
         params.setdefault("logit_bias", NO_EOS)
@@ -72,8 +85,8 @@ class Harness:
         )
         return job, events
 
-    def score(self, *texts: str) -> tuple[ScoreJob, list]:
-        request = ScoreRequest(texts=texts)
+    def score(self, *texts: str | TokenPrompt, top: int | None = None) -> tuple[ScoreJob, list]:
+        request = ScoreRequest(texts=texts, top_logprobs=top)
         events: list = []
         sink = Sink(InlineLoop(), events.append)
         return self.engine.submit_score(request, self.engine.prepare_score(request), sink), events
@@ -547,6 +560,74 @@ def test_a_grammar_is_checked_before_submission():
     request = GenerationRequest("x", SamplingParams(grammar=GrammarSpec("gbnf", "unparsable")))
     with pytest.raises(InvalidPrompt):
         h.engine.prepare(request)
+
+
+def letters(text: str) -> tuple[int, ...]:
+    return tuple(FIRST_LETTER + ord(c) - ord("a") for c in text)
+
+
+def test_a_token_prompt_is_decoded_exactly_as_given():
+    """No BOS is added: the ids with the BOS written out answer as the text does."""
+    h = Harness()
+    job, events = h.submit(TokenPrompt((BOS, *letters("hello"))))
+    h.run_until_idle()
+    assert h.backend.decodes[0][0][0] == BOS and job.prompt.tokens[0] == BOS
+    _, text_events = h.submit("hello")
+    h.run_until_idle()
+    assert answers(events) == answers(text_events)
+    bare, _ = h.submit(TokenPrompt(letters("hello")))
+    assert bare.prompt.tokens == list(letters("hello"))
+    h.run_until_idle()
+    h.assert_clean()
+
+
+def test_token_ids_outside_the_vocabulary_are_refused_before_submission():
+    h = Harness()
+    with pytest.raises(UnknownToken) as info:
+        h.engine.prepare(GenerationRequest(TokenPrompt((BOS, VOCAB)), SamplingParams()))
+    assert (info.value.position, info.value.token, info.value.index) == (1, VOCAB, None)
+    request = ScoreRequest(texts=("ok", TokenPrompt((-1,))))
+    with pytest.raises(UnknownToken) as info:
+        h.engine.prepare_score(request)
+    assert (info.value.position, info.value.token, info.value.index) == (0, -1, 1)
+    with pytest.raises(UnknownToken):
+        h.engine.detokenize((BOS, VOCAB + 5), special=True)
+    assert h.engine.detokenize((BOS, *letters("hi")), special=True) == "<bos>hi"
+    assert h.engine.detokenize((BOS, *letters("hi")), special=False) == "hi"
+
+
+def test_scored_tokens_are_described_one_per_own_token():
+    """A BOS the model adds is not described; a token prompt's first token is, with no value
+    (nothing predicts it); the values are the plain scores'."""
+    h = Harness()
+    _, events = h.score("abc", TokenPrompt(letters("abc")), TokenPrompt(letters("z")), top=2)
+    h.run_until_idle()
+    [result] = events
+    text, ids, single = result.tokens
+    assert [(t.index, t.token) for t in text] == [(1, b"a"), (2, b"b"), (3, b"c")]
+    assert all(t.logprob is not None and len(t.top) == 2 for t in text)
+    assert ids[0] == TokenLogprob(0, b"a", None)
+    assert [(t.index, t.token) for t in ids[1:]] == [(1, b"b"), (2, b"c")]
+    assert single == (TokenLogprob(0, b"z", None),)
+    _, plain = h.score("abc", TokenPrompt(letters("abc")), TokenPrompt(letters("z")))
+    h.run_until_idle()
+    assert plain[0].scores == (
+        pytest.approx(sum(t.logprob for t in text) / 3),
+        pytest.approx(sum(t.logprob for t in ids[1:]) / 2),
+        0.0,
+    )
+    h.assert_clean()
+
+
+def test_without_bos_a_texts_first_token_is_described_with_no_value():
+    h = Harness()
+    h.backend.add_bos = False
+    _, events = h.score("abc", top=0)
+    h.run_until_idle()
+    [text] = events[0].tokens
+    assert text[0] == TokenLogprob(0, b"a", None)
+    assert [(t.index, t.token) for t in text[1:]] == [(1, b"b"), (2, b"c")]
+    h.assert_clean()
 
 
 def hold_rendering(backend: FakeBackend) -> threading.Event:

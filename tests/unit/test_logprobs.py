@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from edgeserve.engine.types import Finished, TextDelta, TokenLogprob
 from edgeserve.logprobs import AlignedLogprob, LogprobAligner
 
@@ -47,8 +49,9 @@ def test_held_back_text_releases_its_tokens_later() -> None:
     assert released(aligner, TextDelta(0, "lo wo")) == [(b"Hello", 0), (b" wo", 5)]
 
 
-def test_tokens_swallowed_by_a_stop_string_are_dropped() -> None:
-    aligner = LogprobAligner()
+@pytest.mark.parametrize("release_at_end", [False, True])
+def test_tokens_swallowed_by_a_stop_string_are_dropped(release_at_end: bool) -> None:
+    aligner = LogprobAligner(release_at_end=release_at_end)
     released(aligner, tok(b"Hi"))
     released(aligner, TextDelta(0, "Hi"))
     released(aligner, tok(b" wor"))
@@ -71,3 +74,14 @@ def test_entries_keep_the_engine_event() -> None:
     aligner = LogprobAligner()
     aligner.feed(event)
     assert aligner.feed(TextDelta(0, "x")) == [AlignedLogprob(event, 0)]
+
+
+def test_a_last_token_without_text_is_released_at_the_end_when_asked() -> None:
+    """An end-of-generation token has no text: legacy completions list it (lm-eval reads the
+    generated token's entry last), chat does not."""
+    for release_at_end, expected in ((False, []), (True, [(b"", 2)])):
+        aligner = LogprobAligner(release_at_end=release_at_end)
+        released(aligner, tok(b"Hi"))
+        assert released(aligner, TextDelta(0, "Hi")) == [(b"Hi", 0)]
+        assert released(aligner, tok(b"")) == []
+        assert released(aligner, Finished(0, "stop", 2)) == expected

@@ -208,3 +208,16 @@ def test_completion_chunk_with_logprobs() -> None:
         '"token_logprobs": [-0.5], "top_logprobs": [{"Say": -0.5, "say": -2.25}], '
         '"text_offset": [0]}, "finish_reason": null}]}\n\n'
     )
+
+
+def test_completion_logprobs_of_an_unpredicted_first_token() -> None:
+    """An echoed token prompt's first token: its text and offset, null value and alternatives."""
+    first = AlignedLogprob(TokenLogprob(0, b"Once", None), 0)
+    raw = completion_body(XID, "m", [("Once", "length")], 1, 0, created=1, logprobs=[[first]])
+    assert raw.decode().count('"top_logprobs":[null]') == 1
+    assert json.loads(raw)["choices"][0]["logprobs"] == {
+        "tokens": ["Once"],
+        "token_logprobs": [None],
+        "top_logprobs": [None],
+        "text_offset": [0],
+    }

@@ -1,6 +1,7 @@
 """edgeserve.validation for the OpenAI features beyond the reference: `tool_choice`,
-`response_format` and `logprobs` on chat, and the legacy `POST /v1/completions`
-(parse_completion_request / prepare_completion).
+`response_format` and `logprobs` on chat, the legacy `POST /v1/completions`
+(parse_completion_request / prepare_completion, text and token-id prompts) and the tokenizer
+endpoints (parse_tokenize_request / prepare_tokenize, parse_detokenize_request).
 
 One case per line: add a row to add a case.
 """
@@ -12,15 +13,26 @@ from typing import Any
 import pytest
 
 from edgeserve import errors
-from edgeserve.engine.types import GenerationRequest, GrammarSpec, SamplingParams
+from edgeserve.engine.types import (
+    GenerationRequest,
+    GrammarSpec,
+    SamplingParams,
+    ScoreRequest,
+    Tokenization,
+    TokenPrompt,
+)
 from edgeserve.grammars import ANY_JSON_OBJECT, either, schema_grammar, tool_call_grammar
 from edgeserve.validation import (
     Limits,
     completion_engine_error,
     parse_chat_request,
     parse_completion_request,
+    parse_detokenize_request,
+    parse_tokenize_request,
     prepare_chat,
     prepare_completion,
+    prepare_tokenize,
+    token_engine_error,
     tool_calls_wanted,
 )
 
@@ -279,19 +291,30 @@ async def test_chat_logprobs(fields: dict[str, Any], logprobs: int | None, limit
 
 
 def test_completion_schema_defaults() -> None:
-    req = parse_completion_request(completion())
-    assert (req.max_tokens, req.n, req.echo, req.stream) == (16, 1, False, False)
+    req = parse_completion_request({"prompt": "Once"})
+    assert (req.model, req.max_tokens, req.n, req.echo, req.stream) == (None, 16, 1, False, False)
+
+
+@pytest.mark.parametrize("prompt", ["Once", ["a", "b"], [1, 2], [[1], [2, 3]], [], [[]]], ids=repr)
+def test_completion_prompt_shapes(prompt: Any) -> None:
+    assert parse_completion_request(completion(prompt=prompt)).prompt == prompt
 
 
 def test_completion_schema_422() -> None:
     with pytest.raises(errors.ApiError) as caught:
-        parse_completion_request({"model": "m", "prompt": [1, 2]})
+        parse_completion_request({"model": "m", "prompt": [1, "a"]})
     assert caught.value.status == 422
     assert [item["loc"] for item in caught.value.detail] == [
         ["body", "prompt", "str"],
         ["body", "prompt", "list[str]", 0],
-        ["body", "prompt", "list[str]", 1],
+        ["body", "prompt", "list[int]", 1],
+        ["body", "prompt", "list[list[int]]", 0],
+        ["body", "prompt", "list[list[int]]", 1],
     ]
+    with pytest.raises(errors.ApiError) as caught:
+        parse_completion_request({"model": "m", "prompt": [[1.5]]})
+    assert caught.value.status == 422
+    assert ["body", "prompt", "list[list[int]]", 0, 0] in [i["loc"] for i in caught.value.detail]
     with pytest.raises(errors.ApiError) as caught:
         parse_completion_request({"model": "m"})
     assert caught.value.detail == [
@@ -310,7 +333,18 @@ COMPLETION_ERRORS = [
     (
         "empty prompt list",
         completion(prompt=[]),
-        '"prompt" is an empty list; send a string or a list of strings.',
+        '"prompt" is an empty list; send a string, a list of strings, a list of token ids or a '
+        "list of token-id lists.",
+    ),
+    (
+        "an empty token-id list",
+        completion(prompt=[[1], []], suffix="checked later"),
+        '"prompt[1]" is an empty list of token ids; send at least one token id.',
+    ),
+    (
+        "the only token-id list is empty",
+        completion(prompt=[[]]),
+        '"prompt[0]" is an empty list of token ids; send at least one token id.',
     ),
     (
         "suffix",
@@ -340,8 +374,14 @@ COMPLETION_ERRORS = [
     (
         "texts × n over the cap",
         completion(prompt=["a", "b", "c"], n=2),
-        '"prompt" has 3 texts and "n" is 2: 6 choices, but this server allows at most 4 per '
-        "request; send fewer texts or lower n.",
+        '"prompt" has 3 prompts and "n" is 2: 6 choices, but this server allows at most 4 per '
+        "request; send fewer prompts or lower n.",
+    ),
+    (
+        "token-id lists × n over the cap",
+        completion(prompt=[[1], [2], [3]], n=2),
+        '"prompt" has 3 prompts and "n" is 2: 6 choices, but this server allows at most 4 per '
+        "request; send fewer prompts or lower n.",
     ),
     (
         "temperature",
@@ -459,46 +499,224 @@ COMPLETION_WORK = [
 def test_completion_work(
     body: dict[str, Any], prompts: list[str], n: int, params: SamplingParams, limits: Limits
 ) -> None:
-    works = prepare_completion(parse_completion_request(body), limits)
-    assert works == [GenerationRequest(prompt=p, params=params, n=n) for p in prompts]
+    work = prepare_completion(parse_completion_request(body), limits)
+    assert work.generations == tuple(
+        GenerationRequest(prompt=p, params=params, n=n) for p in prompts
+    )
 
 
+PROMPTS = [
+    ("a text", "Once", ("Once",), ("prompt",)),
+    ("texts", ["a", "b"], ("a", "b"), ("prompt[0]", "prompt[1]")),
+    ("token ids", [2, 5, 9], (TokenPrompt((2, 5, 9)),), ("prompt",)),
+    (
+        "token-id lists",
+        [[2, 5], [7]],
+        (TokenPrompt((2, 5)), TokenPrompt((7,))),
+        ("prompt[0]", "prompt[1]"),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("prompt", "prompts", "names"), [c[1:] for c in PROMPTS], ids=[c[0] for c in PROMPTS]
+)
+def test_completion_prompts(
+    prompt: Any, prompts: tuple[Any, ...], names: tuple[str, ...], limits: Limits
+) -> None:
+    """Each prompt becomes one engine request; token ids go to the engine as given (its
+    vocabulary check is the engine's, named by completion_engine_error)."""
+    work = prepare_completion(parse_completion_request(completion(prompt=prompt)), limits)
+    assert (work.prompts, work.names) == (prompts, names)
+    assert tuple(g.prompt for g in work.generations) == prompts
+    assert work.scoring is None
+
+
+ECHO_SCORING = [
+    ("echo alone scores nothing", {"echo": True}, 1, None),
+    ("logprobs alone scores nothing", {"logprobs": 2}, 1, None),
+    ("echo with logprobs", {"echo": True, "logprobs": 2}, 1, 2),
+    ("echo with logprobs 0", {"echo": True, "logprobs": 0}, 1, 0),
+    ("echo, max_tokens 0: scoring only", {"echo": True, "max_tokens": 0}, 0, 0),
+]
+
+
+@pytest.mark.parametrize(
+    ("fields", "generations", "top"),
+    [c[1:] for c in ECHO_SCORING],
+    ids=[c[0] for c in ECHO_SCORING],
+)
+def test_completion_echo_scoring(
+    fields: dict[str, Any], generations: int, top: int | None, limits: Limits
+) -> None:
+    prompt = [[2, 5], [7]]
+    body = completion(prompt=prompt, **fields)
+    work = prepare_completion(parse_completion_request(body), limits)
+    assert len(work.generations) == 2 * generations
+    expected = ScoreRequest(texts=work.prompts, top_logprobs=top) if top is not None else None
+    assert work.scoring == expected
+
+
+UNKNOWN_IN_LIST = (
+    '"prompt[1][4]" is the token id 262144, which is not in the vocabulary of this model (ids 0 '
+    "to 262143); send ids from its tokenizer (POST /tokenize)."
+)
 ENGINE_ERRORS = [
     (
         "too long, one text",
         errors.PromptTooLong(3000, 2048),
+        ("prompt",),
         0,
-        1,
-        True,
         '"prompt" is 3000 tokens but the context window is 2048 tokens; shorten it (it must '
         "leave room for at least one new token).",
     ),
     (
         "too long, a list",
         errors.PromptTooLong(3000, 2048),
+        ("prompt[0]", "prompt[1]"),
         1,
-        2,
-        False,
         '"prompt[1]" is 3000 tokens but the context window is 2048 tokens; shorten it (it '
         "must leave room for at least one new token).",
     ),
     (
+        "too long, echo scoring names the text",
+        errors.PromptTooLong(3000, 2048, index=1),
+        ("prompt[0]", "prompt[1]"),
+        None,
+        '"prompt[1]" is 3000 tokens but the context window is 2048 tokens; shorten it (it '
+        "must leave room for at least one new token).",
+    ),
+    (
+        "unknown token, one list",
+        errors.UnknownToken(0, -1, 262144),
+        ("prompt",),
+        0,
+        '"prompt[0]" is the token id -1, which is not in the vocabulary of this model (ids 0 to '
+        "262143); send ids from its tokenizer (POST /tokenize).",
+    ),
+    (
+        "unknown token, a list of lists",
+        errors.UnknownToken(4, 262144, 262144),
+        ("prompt[0]", "prompt[1]"),
+        1,
+        UNKNOWN_IN_LIST,
+    ),
+    (
+        "unknown token, echo scoring names the list",
+        errors.UnknownToken(4, 262144, 262144, index=1),
+        ("prompt[0]", "prompt[1]"),
+        None,
+        UNKNOWN_IN_LIST,
+    ),
+    (
         "busy",
         errors.EngineOverloaded(),
+        ("prompt",),
         0,
-        1,
-        True,
         "Server is busy: the request queue is full; retry later.",
     ),
 ]
 
 
 @pytest.mark.parametrize(
-    ("exc", "index", "count", "single", "detail"),
+    ("exc", "names", "index", "detail"),
     [c[1:] for c in ENGINE_ERRORS],
     ids=[c[0] for c in ENGINE_ERRORS],
 )
 def test_completion_engine_error(
-    exc: errors.EngineError, index: int, count: int, single: bool, detail: str
+    exc: errors.EngineError, names: tuple[str, ...], index: int | None, detail: str
 ) -> None:
-    assert completion_engine_error(exc, index, count, single).detail == detail
+    err = completion_engine_error(exc, names, index)
+    assert (err.status, err.detail) == (503 if "busy" in detail else 400, detail)
+
+
+def test_token_engine_error() -> None:
+    err = token_engine_error(errors.UnknownToken(2, 300000, 262144), "tokens")
+    assert (err.status, err.detail) == (
+        400,
+        '"tokens[2]" is the token id 300000, which is not in the vocabulary of this model (ids '
+        "0 to 262143); send ids from its tokenizer (POST /tokenize).",
+    )
+    assert token_engine_error(errors.EngineOverloaded(), "tokens").status == 503
+
+
+# --- POST /tokenize, POST /detokenize ----------------------------------------------------------
+
+TOKENIZE = [
+    ("vLLM's shape adds special tokens", {"prompt": "hi"}, Tokenization("hi", True, True)),
+    (
+        "vLLM's shape without them (lm-eval)",
+        {"prompt": "hi", "add_special_tokens": False},
+        Tokenization("hi", False, True),
+    ),
+    ("llama-server's shape does not", {"content": "hi"}, Tokenization("hi", False, True)),
+    (
+        "llama-server's options",
+        {"content": "hi", "add_special": True, "parse_special": False},
+        Tokenization("hi", True, False),
+    ),
+    (
+        "vLLM's name wins",
+        {"prompt": "hi", "add_special_tokens": False, "add_special": True},
+        Tokenization("hi", False, True),
+    ),
+    ("an empty text", {"prompt": "", "model": "m"}, Tokenization("", True, True)),
+]
+
+
+@pytest.mark.parametrize(("body", "work"), [c[1:] for c in TOKENIZE], ids=[c[0] for c in TOKENIZE])
+def test_tokenize_work(body: dict[str, Any], work: Tokenization) -> None:
+    assert prepare_tokenize(parse_tokenize_request(body)) == work
+
+
+TOKENIZE_ERRORS = [
+    (
+        "no text",
+        {"messages": [USER]},
+        'The request has no text to tokenize; send {"prompt": "..."} (or llama-server\'s '
+        '{"content": "..."}).',
+    ),
+    (
+        "two texts",
+        {"prompt": "a", "content": "b"},
+        'The request has both "prompt" and "content"; send the text in one of them.',
+    ),
+    (
+        "lone surrogate",
+        {"content": "\ud800"},
+        "content contains an unpaired UTF-16 surrogate; send valid Unicode text.",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"), [c[1:] for c in TOKENIZE_ERRORS], ids=[c[0] for c in TOKENIZE_ERRORS]
+)
+def test_tokenize_errors(body: dict[str, Any], detail: str) -> None:
+    with pytest.raises(errors.ApiError) as caught:
+        prepare_tokenize(parse_tokenize_request(body))
+    assert (caught.value.status, caught.value.detail) == (400, detail)
+
+
+SCHEMA_422 = [
+    ("tokenize: prompt not a string", parse_tokenize_request, {"prompt": [1]}, ["prompt"]),
+    ("tokenize: a list body", parse_tokenize_request, ["hi"], []),
+    ("detokenize: no tokens", parse_detokenize_request, {"prompt": "x"}, ["tokens"]),
+    ("detokenize: not ints", parse_detokenize_request, {"tokens": [1, "a"]}, ["tokens", 1]),
+    ("detokenize: floats", parse_detokenize_request, {"tokens": [1.5]}, ["tokens", 0]),
+]
+
+
+@pytest.mark.parametrize(
+    ("parse", "body", "loc"), [c[1:] for c in SCHEMA_422], ids=[c[0] for c in SCHEMA_422]
+)
+def test_tokenizer_schema_422(parse: Any, body: Any, loc: list[Any]) -> None:
+    with pytest.raises(errors.ApiError) as caught:
+        parse(body)
+    assert caught.value.status == 422
+    assert [item["loc"] for item in caught.value.detail] == [["body", *loc]]
+
+
+def test_detokenize_schema() -> None:
+    assert parse_detokenize_request({"tokens": []}).tokens == []
+    assert parse_detokenize_request({"tokens": [2, 9], "model": "m"}).tokens == [2, 9]

@@ -1,10 +1,11 @@
 """POST /v1/completions (OpenAI's legacy text completions), streamed (SSE) and not.
 
-Each prompt text is one engine request (raw text with BOS, no chat template), all submitted
-together so they share decode steps; choice `i * n + j` is answer j to prompt i, OpenAI's order.
-With `echo` and `logprobs` (or `max_tokens: 0`) the prompts are also scored, and their tokens
-lead each choice's log-probabilities; every prompt token, the first included, is given its
-value (it is predicted from BOS).
+Each prompt is one engine request (raw text with BOS and no chat template, or token ids as
+given), all submitted together so they share decode steps; choice `i * n + j` is answer j to
+prompt i, OpenAI's order. With `echo` and `logprobs` (or `max_tokens: 0`) the prompts are also
+scored, and their tokens lead each choice's log-probabilities, one entry per prompt token: a
+text's first token has its value (it is predicted from BOS), the first of a token prompt has
+none (nothing predicts it). A token prompt echoes as its tokens' text.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from aiohttp import web
 
 from edgeserve import responses, validation
-from edgeserve.engine.client import Generation
+from edgeserve.engine.client import EngineClient, Generation
 from edgeserve.engine.types import Finished, PromptInfo, ScoreResult, TextDelta, TokenLogprob
 from edgeserve.errors import ApiError, EngineError
 from edgeserve.http.handlers.common import authenticated_body, engine_errors, off_loop
@@ -35,41 +36,62 @@ async def completions(request: web.Request) -> web.StreamResponse:
     req = await off_loop(large, validation.parse_completion_request, body)
     engine = request.app[ENGINE]
     validation.check_can_generate(engine.can_generate)
-    works = await off_loop(large, validation.prepare_completion, req, request.app[LIMITS])
-    scoring = validation.echo_scoring(req)
+    work = await off_loop(large, validation.prepare_completion, req, request.app[LIMITS])
     settings = request.app[SETTINGS]
+    model = settings.model_name if req.model is None else req.model
     started = time.perf_counter()
     deadline = asyncio.get_running_loop().time() + settings.request_timeout_s
     limit = asyncio.timeout_at(deadline)
-    single = isinstance(req.prompt, str)
     async with (
         engine_errors(limit, settings.request_timeout_s),
         contextlib.AsyncExitStack() as stack,
     ):
-        gens = [await stack.enter_async_context(engine.generate(work)) for work in works]
+        gens = [await stack.enter_async_context(engine.generate(g)) for g in work.generations]
         async with limit:
             infos = []
             for index, gen in enumerate(gens):
                 try:
                     infos.append(await gen.admitted())
                 except EngineError as exc:
-                    raise validation.completion_engine_error(exc, index, len(gens), single) from exc
-            prompts = [req.prompt] if single else list(req.prompt)
-            run = _Run(request, req, prompts, infos, started)
-            if scoring is not None:
-                run.echoed(await engine.score(scoring))
+                    raise validation.completion_engine_error(exc, work.names, index) from exc
+            leads = await _leads(engine, work, req.echo)
+            run = _Run(request, req, model, leads, infos, started)
+            if work.scoring is not None:
+                try:
+                    run.echoed(await engine.score(work.scoring))
+                except EngineError as exc:
+                    raise validation.completion_engine_error(exc, work.names) from exc
             if not req.stream:
                 return await _collect(run, gens)
         return await _stream(run, gens, deadline)
 
 
+async def _leads(engine: EngineClient, work: validation.CompletionWork, echo: bool) -> list[str]:
+    """The text each prompt's choices start with: with `echo` the prompt (token ids as their
+    text, special tokens as none, as its echoed tokens show them), else nothing."""
+    leads = []
+    for index, prompt in enumerate(work.prompts):
+        if not echo:
+            leads.append("")
+        elif isinstance(prompt, str):
+            leads.append(prompt)
+        else:
+            try:
+                leads.append(await engine.detokenize(prompt.ids, special=False))
+            except EngineError as exc:
+                raise validation.completion_engine_error(exc, work.names, index) from exc
+    return leads
+
+
 @dataclass
 class _Run:
-    """One admitted completion request and what it has produced so far."""
+    """One admitted completion request and what it has produced so far; `leads` is the text
+    each prompt's choices start with (see `_leads`)."""
 
     request: web.Request
     req: CompletionRequest
-    prompts: list[str]
+    model: str
+    leads: list[str]
     infos: list[PromptInfo]
     started: float
     completion_tokens: int = 0
@@ -93,7 +115,7 @@ class _Run:
 
     def offset(self, index: int) -> int:
         """Where generated text starts in choice `index`'s text (after an echoed prompt)."""
-        return len(self.prompt_of(index)) if self.req.echo else 0
+        return len(self.lead_of(index))
 
     def account(self, event: TextDelta | TokenLogprob | Finished) -> None:
         """Count a finished choice's tokens (and its prompt's cached tokens); note the first
@@ -104,9 +126,9 @@ class _Run:
             self.completion_tokens += event.completion_tokens
             self.cached[event.index // self.req.n] = event.cached_tokens
 
-    def prompt_of(self, index: int) -> str:
-        """The prompt text of choice `index`."""
-        return self.prompts[index // self.req.n]
+    def lead_of(self, index: int) -> str:
+        """The text choice `index` starts with."""
+        return self.leads[index // self.req.n]
 
     @property
     def prompt_tokens(self) -> int:
@@ -170,11 +192,11 @@ class _Merged:
 
 async def _collect(run: _Run, gens: list[Generation]) -> web.Response:
     req = run.req
-    count = len(run.prompts) * req.n
-    texts = [run.prompt_of(i) if req.echo else "" for i in range(count)]
+    count = len(run.leads) * req.n
+    texts = [run.lead_of(i) for i in range(count)]
     reasons = ["length"] * count
     entries = [list(run.echo_entries(i)) for i in range(count)]
-    aligner = LogprobAligner(run.offset)
+    aligner = LogprobAligner(run.offset, release_at_end=True)
     merged = _Merged(gens, req.n)
     try:
         async for event in merged.events():
@@ -189,7 +211,7 @@ async def _collect(run: _Run, gens: list[Generation]) -> web.Response:
     run.record()
     body = responses.completion_body(
         responses.new_text_completion_id(),
-        req.model,
+        run.model,
         list(zip(texts, reasons, strict=True)),
         run.prompt_tokens,
         run.completion_tokens,
@@ -208,19 +230,19 @@ async def _stream(run: _Run, gens: list[Generation], deadline: float) -> web.Str
     stream = EventStream(request, request.app[SETTINGS].ping_interval_s)
     async with stream:
         if req.echo:
-            for index in range(len(run.prompts) * req.n):
+            for index in range(len(run.leads) * req.n):
                 echo = responses.completion_chunk(
                     cid,
-                    req.model,
+                    run.model,
                     created,
                     index,
-                    run.prompt_of(index),
+                    run.lead_of(index),
                     None if gens else "length",
                     None if req.logprobs is None else run.echo_entries(index),
                 )
                 if not await stream.send(echo):
                     return stream.response
-        aligner = LogprobAligner(run.offset)
+        aligner = LogprobAligner(run.offset, release_at_end=True)
         merged = _Merged(gens, req.n)
         limit = asyncio.timeout_at(deadline)
         try:
@@ -235,7 +257,7 @@ async def _stream(run: _Run, gens: list[Generation], deadline: float) -> web.Str
                     )
                     chunk = responses.completion_chunk(
                         cid,
-                        req.model,
+                        run.model,
                         created,
                         event.index,
                         text,
@@ -257,7 +279,7 @@ async def _stream(run: _Run, gens: list[Generation], deadline: float) -> web.Str
             await merged.aclose()
         if include_usage:
             usage = responses.completion_usage_chunk(
-                cid, req.model, created, run.prompt_tokens, run.completion_tokens, run.cached_tokens
+                cid, run.model, created, run.prompt_tokens, run.completion_tokens, run.cached_tokens
             )
             await stream.send(usage)
         await stream.send(responses.sse_event("[DONE]"))
