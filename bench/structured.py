@@ -2,7 +2,8 @@
 
 End to end: each server answers the same `json_schema` requests (a nested schema, temperature
 1 over the full distribution, no seed, servers taking turns); reported are milliseconds per
-completion token, answers that stopped, and answers that are not valid JSON (must be 0).
+completion token, answers that stopped, and invalid answers (must be 0): a stopped answer that
+`json.loads` refuses, or a cut one with a raw control character inside a string.
 
 Per token: what a token the grammar refuses costs is the native grammar pass that finds an
 accepted one. Both servers first check only the sampled token; on a refusal llama-server
@@ -68,20 +69,36 @@ async def one(http: aiohttp.ClientSession, url: str, request: dict[str, Any]) ->
     seconds = time.perf_counter() - started
     choice = data["choices"][0]
     text = choice["message"]["content"] or ""
-    valid = True
     if choice["finish_reason"] == "stop":
         try:
             json.loads(text)
+            valid = True
         except ValueError:
             valid = False
     else:
-        valid = not any(ord(ch) < 0x20 for ch in text)
+        valid = not raw_control_in_string(text)
     return {
         "seconds": seconds,
         "tokens": data["usage"]["completion_tokens"],
         "stopped": choice["finish_reason"] == "stop",
         "valid": valid,
     }
+
+
+def raw_control_in_string(text: str) -> bool:
+    """Whether a (possibly cut) JSON text has a raw control character inside a string, which
+    no JSON parser reads (whitespace between tokens may hold newlines)."""
+    in_string = escaped = False
+    for char in text:
+        if in_string and not escaped and ord(char) < 0x20:
+            return True
+        if escaped:
+            escaped = False
+        elif char == "\\" and in_string:
+            escaped = True
+        elif char == '"':
+            in_string = not in_string
+    return False
 
 
 async def compare(servers: list[tuple[str, str]], requests: int, max_tokens: int) -> dict[str, Any]:
