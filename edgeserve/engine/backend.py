@@ -73,6 +73,8 @@ class Backend(KvCache, Protocol):
 
     n_ctx: int
     n_vocab: int
+    n_embd: int  # the size of an embedding vector
+    embed_size: int  # the most tokens of one text to embed
     n_seq: int
     is_classifier: bool
     add_bos: bool
@@ -134,13 +136,18 @@ class Backend(KvCache, Protocol):
         """A classifier head's first output for a whole text."""
         ...
 
+    def embed(self, texts: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """Each text's mean-pooled last hidden state, L2-normalised (float32, `n_embd` long),
+        from one decode of them all in the separate embeddings context."""
+        ...
+
     @property
     def holds_score_context(self) -> bool:
         """True while a separate scoring context is allocated."""
         ...
 
     def release_score_context(self) -> None:
-        """Free the scoring context (made again on the next score chunk)."""
+        """Free the scoring and embeddings contexts (made again on their next use)."""
         ...
 
     def reset(self) -> None:
@@ -186,6 +193,8 @@ class LlamaBackend:
         )
         self.n_ctx = model.n_ctx
         self.n_vocab = model.n_vocab
+        self.n_embd = model.n_embd
+        self.embed_size = model.embed_size
         self.n_seq = config.parallel
         self.is_classifier = model.is_classifier
         self.add_bos = model.add_bos
@@ -193,6 +202,7 @@ class LlamaBackend:
         self.gpu_offload = model.gpu_offload
         self.n_gpu_layers = model.n_gpu_layers
         self.batch = TokenBatch(model.n_ctx if model.is_classifier else config.n_batch)
+        self._embed_batch: TokenBatch | None = None  # made on the first embeddings
 
     # ---- generation -------------------------------------------------------------------------
 
@@ -297,13 +307,35 @@ class LlamaBackend:
             raise RuntimeError(f"llama_decode (classifier) failed with status {rc}")
         return float(lc.llama_get_embeddings_seq(model.ctx, 0)[0])
 
+    def embed(self, texts: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """The texts side by side, one sequence each, in the embeddings context."""
+        ctx, memory = self.model.embed_context()
+        lc.llama_memory_clear(memory, True)
+        if self._embed_batch is None:
+            self._embed_batch = TokenBatch(self.embed_size)
+        batch = self._embed_batch
+        batch.clear()
+        for seq, tokens in enumerate(texts):
+            batch.add_span(tokens, 0, seq, range(len(tokens)))
+        rc = batch.decode(ctx)
+        if rc != 0:
+            self.model.release_score_context()
+            raise RuntimeError(f"llama_decode (embeddings) failed with status {rc}")
+        vectors = []
+        for seq in range(len(texts)):
+            pooled = lc.llama_get_embeddings_seq(ctx, seq)
+            vector = np.ctypeslib.as_array(pooled, shape=(self.n_embd,)).astype(np.float64)
+            norm = np.linalg.norm(vector)
+            vectors.append((vector / norm if norm > 0 else vector).astype(np.float32))
+        return vectors
+
     @property
     def holds_score_context(self) -> bool:
-        """True while the separate scoring context is allocated."""
+        """True while the separate scoring or embeddings context is allocated."""
         return self.model.holds_score_context
 
     def release_score_context(self) -> None:
-        """Free the scoring context."""
+        """Free the scoring and embeddings contexts."""
         self.model.release_score_context()
 
     # ---- life -------------------------------------------------------------------------------
@@ -313,6 +345,8 @@ class LlamaBackend:
         self.model.recreate_context()
 
     def close(self) -> None:
-        """Free the batch, the contexts and the model."""
+        """Free the batches, the contexts and the model."""
         self.batch.free()
+        if self._embed_batch is not None:
+            self._embed_batch.free()
         self.model.close()

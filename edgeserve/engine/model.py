@@ -10,6 +10,7 @@ from typing import Any
 import llama_cpp as lc
 import numpy as np
 
+from edgeserve.engine.jobs import EMBED_MAX_SEQS
 from edgeserve.engine.types import EngineConfig
 
 log = logging.getLogger("edgeserve.engine")
@@ -92,7 +93,9 @@ class LoadedModel:
         self.is_classifier = pooling == str(lc.LLAMA_POOLING_TYPE_RANK)
         self.n_threads = config.n_threads or 1
         self.n_cls_out = lc.llama_model_n_cls_out(model) if self.is_classifier else 0
+        self.n_embd = lc.llama_model_n_embd(model)
         self._score_ctx: tuple[Any, Any] | None = None
+        self._embed_ctx: tuple[Any, Any] | None = None
         self.ctx: Any = None
         self._stack.callback(self._free_contexts)
         try:
@@ -251,19 +254,48 @@ class LoadedModel:
         return self._score_ctx
 
     @property
+    def embed_size(self) -> int:
+        """The most tokens one text may have for embeddings: the whole text is pooled in one
+        micro-batch, and the position table ends at n_ctx_train."""
+        return min(self.config.n_ctx, self.n_ctx_train)
+
+    def embed_context(self) -> tuple[Any, Any]:
+        """(context, memory) for embeddings: mean pooling over the last hidden states, up to
+        EMBED_MAX_SEQS texts of `embed_size` tokens in all per decode, made on first use and
+        kept until `release_score_context`."""
+        if self._embed_ctx is None:
+            size = self.embed_size
+            cparams = self._context_params(
+                n_seq=EMBED_MAX_SEQS, n_batch=size, n_ubatch=size, n_outputs=size, n_ctx=size
+            )
+            cparams.embeddings = True
+            cparams.pooling_type = lc.LLAMA_POOLING_TYPE_MEAN
+            ctx = lc.llama_init_from_model(self.model, cparams)
+            if not ctx:
+                raise RuntimeError("llama.cpp could not create the embeddings context")
+            self._embed_ctx = (ctx, lc.llama_get_memory(ctx))
+        return self._embed_ctx
+
+    @property
     def holds_score_context(self) -> bool:
-        """True while a separate scoring context is allocated (never for a classifier, whose
-        one context is the scoring context)."""
-        return self._score_ctx is not None and not self.is_classifier
+        """True while a separate scoring or embeddings context is allocated (a classifier's
+        one context is its scoring context, and does not count)."""
+        scoring = self._score_ctx is not None and not self.is_classifier
+        return scoring or self._embed_ctx is not None
 
     def release_score_context(self) -> None:
-        """Free the separate scoring context (its KV cache and logit buffers, ~200 MiB on a
-        262k vocabulary) and hand the freed pages back to the system."""
-        if self.holds_score_context:
-            assert self._score_ctx is not None
+        """Free the separate scoring and embeddings contexts (their KV caches and output
+        buffers, ~200 MiB of logits on a 262k vocabulary) and hand the freed pages back to the
+        system."""
+        if not self.holds_score_context:
+            return
+        if self._score_ctx is not None and not self.is_classifier:
             lc.llama_free(self._score_ctx[0])
             self._score_ctx = None
-            _trim_heap()
+        if self._embed_ctx is not None:
+            lc.llama_free(self._embed_ctx[0])
+            self._embed_ctx = None
+        _trim_heap()
 
     def close(self) -> None:
         """Free the contexts and the model."""

@@ -15,12 +15,13 @@ from edgeserve.engine.sampling import grammar_text
 from edgeserve.engine.scoring import TextState
 from edgeserve.engine.types import (
     ChatPrompt,
+    EmbedRequest,
     EngineConfig,
     GenerationRequest,
     ScoreRequest,
     TokenPrompt,
 )
-from edgeserve.errors import PromptTooLong, RequestTooLarge, UnknownToken
+from edgeserve.errors import InvalidPrompt, PromptTooLong, RequestTooLarge, UnknownToken
 
 
 def at_least_tokens(backend: Backend, text: str) -> int:
@@ -84,23 +85,52 @@ def _text_tokens(backend: Backend, prompt: ChatPrompt | str) -> list[int]:
 def prepare_score(backend: Backend, config: EngineConfig, request: ScoreRequest) -> list[TextState]:
     """Tokenize each text (truncated to max_length), checking the limits as it goes. Raises
     PromptTooLong or UnknownToken (naming the text) or RequestTooLarge."""
-    n_ctx = backend.n_ctx
     texts: list[TextState] = []
     total = 0
     for index, text in enumerate(request.texts):
-        if isinstance(text, TokenPrompt):
-            tokens = known_tokens(backend.n_vocab, text.ids, index)
-        else:
-            if request.max_length is None and (bound := at_least_tokens(backend, text)) > n_ctx:
-                raise PromptTooLong(bound, n_ctx, index=index, at_least=True)
-            tokens = backend.tokenize(text, add_special=True, parse_special=False)
-        if request.max_length is not None:
-            tokens = tokens[: request.max_length]
-        if len(tokens) > n_ctx:
-            raise PromptTooLong(len(tokens), n_ctx, index=index)
+        tokens = _input_tokens(backend, text, index, backend.n_ctx, request.max_length)
         total += len(tokens)
         if total > config.max_score_tokens:
             raise RequestTooLarge("tokens", total, config.max_score_tokens)
         own_first = isinstance(text, TokenPrompt) or not backend.add_bos
         texts.append(TextState(tokens, classify=backend.is_classifier, own_first=own_first))
     return texts
+
+
+def prepare_embed(backend: Backend, config: EngineConfig, request: EmbedRequest) -> list[list[int]]:
+    """Tokenize each text to embed (BOS as the model says), each within the embeddings
+    context and all within the score token limit. Raises PromptTooLong or UnknownToken
+    (naming the text), RequestTooLarge, or InvalidPrompt for a text of no tokens."""
+    texts: list[list[int]] = []
+    total = 0
+    for index, text in enumerate(request.texts):
+        tokens = _input_tokens(backend, text, index, backend.embed_size)
+        if not tokens:
+            raise InvalidPrompt(f"input {index} has no tokens to embed")
+        total += len(tokens)
+        if total > config.max_score_tokens:
+            raise RequestTooLarge("tokens", total, config.max_score_tokens)
+        texts.append(tokens)
+    return texts
+
+
+def _input_tokens(
+    backend: Backend,
+    text: str | TokenPrompt,
+    index: int,
+    size: int,
+    max_length: int | None = None,
+) -> list[int]:
+    """Text `index` of a request as tokens (raw text with BOS as the model says, or known
+    token ids as given), cut to `max_length`; PromptTooLong past `size` tokens."""
+    if isinstance(text, TokenPrompt):
+        tokens = known_tokens(backend.n_vocab, text.ids, index)
+    else:
+        if max_length is None and (bound := at_least_tokens(backend, text)) > size:
+            raise PromptTooLong(bound, size, index=index, at_least=True)
+        tokens = backend.tokenize(text, add_special=True, parse_special=False)
+    if max_length is not None:
+        tokens = tokens[:max_length]
+    if len(tokens) > size:
+        raise PromptTooLong(len(tokens), size, index=index)
+    return tokens
