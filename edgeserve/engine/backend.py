@@ -68,13 +68,33 @@ class KvCache(Protocol):
         ...
 
 
+class Embedder(Protocol):
+    """The model that /v1/embeddings reads: the served one, or a dedicated embedding model."""
+
+    n_vocab: int
+    n_embd: int
+
+    @property
+    def embed_size(self) -> int:
+        """The most tokens of one text to embed."""
+        ...
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        """Token ids for `text` in this model's vocabulary (any thread)."""
+        ...
+
+    def embed(self, texts: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """Each text's pooled embedding, L2-normalised (float32, `n_embd` long), from one
+        decode of them all in a separate embeddings context (engine thread)."""
+        ...
+
+
 class Backend(KvCache, Protocol):
     """A loaded model with one generation context (see the module docstring)."""
 
     n_ctx: int
     n_vocab: int
-    n_embd: int  # the size of an embedding vector
-    embed_size: int  # the most tokens of one text to embed
+    embedder: Embedder
     n_seq: int
     is_classifier: bool
     add_bos: bool
@@ -136,11 +156,6 @@ class Backend(KvCache, Protocol):
         """A classifier head's first output for a whole text."""
         ...
 
-    def embed(self, texts: Sequence[Sequence[int]]) -> list[np.ndarray]:
-        """Each text's mean-pooled last hidden state, L2-normalised (float32, `n_embd` long),
-        from one decode of them all in the separate embeddings context."""
-        ...
-
     @property
     def holds_score_context(self) -> bool:
         """True while a separate scoring context is allocated."""
@@ -160,12 +175,16 @@ class Backend(KvCache, Protocol):
 
 
 class LlamaBackend:
-    """`Backend` over llama-cpp-python's low-level API: loads the GGUF and its chat template."""
+    """`Backend` over llama-cpp-python's low-level API: loads the GGUF and its chat template,
+    and the dedicated embedding model when there is one."""
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self.model = LoadedModel(config)
+        self.embedder = self.model
         try:
+            if config.embedding_model_path:
+                self.embedder = LoadedModel(config, embedding_only=True)
             source = resolve_template(
                 config.chat_template, self.model.chat_template, self.model.architecture
             )
@@ -176,7 +195,7 @@ class LlamaBackend:
                 eos_token=self.model.token_text(eos),
             )
         except BaseException:
-            self.model.close()
+            self.close_models()
             raise
         model = self.model
         vocab = model.vocab
@@ -193,8 +212,6 @@ class LlamaBackend:
         )
         self.n_ctx = model.n_ctx
         self.n_vocab = model.n_vocab
-        self.n_embd = model.n_embd
-        self.embed_size = model.embed_size
         self.n_seq = config.parallel
         self.is_classifier = model.is_classifier
         self.add_bos = model.add_bos
@@ -202,7 +219,6 @@ class LlamaBackend:
         self.gpu_offload = model.gpu_offload
         self.n_gpu_layers = model.n_gpu_layers
         self.batch = TokenBatch(model.n_ctx if model.is_classifier else config.n_batch)
-        self._embed_batch: TokenBatch | None = None  # made on the first embeddings
 
     # ---- generation -------------------------------------------------------------------------
 
@@ -307,36 +323,15 @@ class LlamaBackend:
             raise RuntimeError(f"llama_decode (classifier) failed with status {rc}")
         return float(lc.llama_get_embeddings_seq(model.ctx, 0)[0])
 
-    def embed(self, texts: Sequence[Sequence[int]]) -> list[np.ndarray]:
-        """The texts side by side, one sequence each, in the embeddings context."""
-        ctx, memory = self.model.embed_context()
-        lc.llama_memory_clear(memory, True)
-        if self._embed_batch is None:
-            self._embed_batch = TokenBatch(self.embed_size)
-        batch = self._embed_batch
-        batch.clear()
-        for seq, tokens in enumerate(texts):
-            batch.add_span(tokens, 0, seq, range(len(tokens)))
-        rc = batch.decode(ctx)
-        if rc != 0:
-            self.model.release_score_context()
-            raise RuntimeError(f"llama_decode (embeddings) failed with status {rc}")
-        vectors = []
-        for seq in range(len(texts)):
-            pooled = lc.llama_get_embeddings_seq(ctx, seq)
-            vector = np.ctypeslib.as_array(pooled, shape=(self.n_embd,)).astype(np.float64)
-            norm = np.linalg.norm(vector)
-            vectors.append((vector / norm if norm > 0 else vector).astype(np.float32))
-        return vectors
-
     @property
     def holds_score_context(self) -> bool:
         """True while the separate scoring or embeddings context is allocated."""
-        return self.model.holds_score_context
+        return self.model.holds_score_context or self.embedder.holds_score_context
 
     def release_score_context(self) -> None:
         """Free the scoring and embeddings contexts."""
         self.model.release_score_context()
+        self.embedder.release_score_context()
 
     # ---- life -------------------------------------------------------------------------------
 
@@ -345,8 +340,12 @@ class LlamaBackend:
         self.model.recreate_context()
 
     def close(self) -> None:
-        """Free the batches, the contexts and the model."""
+        """Free the batch, the contexts and the models."""
         self.batch.free()
-        if self._embed_batch is not None:
-            self._embed_batch.free()
+        self.close_models()
+
+    def close_models(self) -> None:
+        """Free the models and their contexts."""
+        if self.embedder is not self.model:
+            self.embedder.close()
         self.model.close()

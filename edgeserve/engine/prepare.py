@@ -85,10 +85,20 @@ def _text_tokens(backend: Backend, prompt: ChatPrompt | str) -> list[int]:
 def prepare_score(backend: Backend, config: EngineConfig, request: ScoreRequest) -> list[TextState]:
     """Tokenize each text (truncated to max_length), checking the limits as it goes. Raises
     PromptTooLong or UnknownToken (naming the text) or RequestTooLarge."""
+    n_ctx = backend.n_ctx
     texts: list[TextState] = []
     total = 0
     for index, text in enumerate(request.texts):
-        tokens = _input_tokens(backend, text, index, backend.n_ctx, request.max_length)
+        if isinstance(text, TokenPrompt):
+            tokens = known_tokens(backend.n_vocab, text.ids, index)
+        else:
+            if request.max_length is None and (bound := at_least_tokens(backend, text)) > n_ctx:
+                raise PromptTooLong(bound, n_ctx, index=index, at_least=True)
+            tokens = backend.tokenize(text, add_special=True, parse_special=False)
+        if request.max_length is not None:
+            tokens = tokens[: request.max_length]
+        if len(tokens) > n_ctx:
+            raise PromptTooLong(len(tokens), n_ctx, index=index)
         total += len(tokens)
         if total > config.max_score_tokens:
             raise RequestTooLarge("tokens", total, config.max_score_tokens)
@@ -98,39 +108,25 @@ def prepare_score(backend: Backend, config: EngineConfig, request: ScoreRequest)
 
 
 def prepare_embed(backend: Backend, config: EngineConfig, request: EmbedRequest) -> list[list[int]]:
-    """Tokenize each text to embed (BOS as the model says), each within the embeddings
-    context and all within the score token limit. Raises PromptTooLong or UnknownToken
-    (naming the text), RequestTooLarge, or InvalidPrompt for a text of no tokens."""
+    """Tokenize each text to embed in the embedding model's vocabulary (BOS, and SEP for a
+    BERT-like model, as it says), each within its embeddings context and all within the score
+    token limit. Raises PromptTooLong or UnknownToken (naming the text), RequestTooLarge, or
+    InvalidPrompt for a text of no tokens."""
+    embedder = backend.embedder
+    size = embedder.embed_size
     texts: list[list[int]] = []
     total = 0
     for index, text in enumerate(request.texts):
-        tokens = _input_tokens(backend, text, index, backend.embed_size)
+        if isinstance(text, TokenPrompt):
+            tokens = known_tokens(embedder.n_vocab, text.ids, index)
+        else:
+            tokens = embedder.tokenize(text, add_special=True, parse_special=False)
         if not tokens:
             raise InvalidPrompt(f"input {index} has no tokens to embed")
+        if len(tokens) > size:
+            raise PromptTooLong(len(tokens), size, index=index)
         total += len(tokens)
         if total > config.max_score_tokens:
             raise RequestTooLarge("tokens", total, config.max_score_tokens)
         texts.append(tokens)
     return texts
-
-
-def _input_tokens(
-    backend: Backend,
-    text: str | TokenPrompt,
-    index: int,
-    size: int,
-    max_length: int | None = None,
-) -> list[int]:
-    """Text `index` of a request as tokens (raw text with BOS as the model says, or known
-    token ids as given), cut to `max_length`; PromptTooLong past `size` tokens."""
-    if isinstance(text, TokenPrompt):
-        tokens = known_tokens(backend.n_vocab, text.ids, index)
-    else:
-        if max_length is None and (bound := at_least_tokens(backend, text)) > size:
-            raise PromptTooLong(bound, size, index=index, at_least=True)
-        tokens = backend.tokenize(text, add_special=True, parse_special=False)
-    if max_length is not None:
-        tokens = tokens[:max_length]
-    if len(tokens) > size:
-        raise PromptTooLong(len(tokens), size, index=index)
-    return tokens

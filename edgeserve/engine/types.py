@@ -16,6 +16,7 @@ class EngineConfig:
     """How the model and context are loaded and scheduled."""
 
     model_path: str
+    embedding_model_path: str | None = None
     n_ctx: int = 4096
     parallel: int = 4
     n_threads: int | None = None

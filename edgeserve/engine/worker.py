@@ -263,7 +263,7 @@ class Engine:
     @property
     def embedding_size(self) -> int:
         """The length of an embedding vector (EngineStopped before the model is loaded)."""
-        return self._ready_backend().n_embd
+        return self._ready_backend().embedder.n_embd
 
     def tokenize(self, request: Tokenization) -> list[int]:
         """The model's tokens for a text; any thread."""
@@ -651,7 +651,7 @@ class Engine:
         job = plan.job
         self.steps += 1
         try:
-            job.vectors += backend.embed(plan.texts)
+            job.vectors += backend.embedder.embed(plan.texts)
         except Exception as exc:
             self._fail(job, exc)
             return
