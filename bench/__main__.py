@@ -5,7 +5,8 @@
 For each concurrency N, the servers start together (`--parallel N`, same model, threads and
 context) and take turns under the same streaming load, the order rotating every round so that
 machine drift cancels (at N=1 llama-bench takes its turn too); then they stop. At N=1 the
-multi-turn chat case and the scoring comparison run as well; at the highest N, edgeserve takes
+multi-turn chat case and the scoring comparison run as well; after the levels, edgeserve's
+embeddings against a llama-server of its own with `--embeddings`; at the highest N, edgeserve takes
 the abuse case (bench/abuse.py) and a memory soak of short mixed requests. Prints the table and the
 PRODUCT.md section 7 targets; writes bench/results/bench-<time>.json and .png.
 """
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import abuse, load, report, scoring, soak, structured
+from bench import abuse, embeddings, load, report, scoring, soak, structured
 from bench.anchors import (
     ALL_SERVERS,
     EDGESERVE,
@@ -57,6 +58,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--score-texts", type=int, help="texts for the scoring case [64; quick 8]")
     p.add_argument("--no-scoring", action="store_true", help="skip the scoring comparison")
     p.add_argument("--structured", type=int, help="json_schema answers per server [8; quick 4]")
+    p.add_argument("--embed-texts", type=int, help="texts per embeddings batch [64; quick 16]")
     p.add_argument("--soak-requests", type=int, help="edgeserve memory soak [1000; quick 200]")
     p.add_argument("--edgeserve", type=Path, default=Path(".venv/bin/edgeserve"))
     p.add_argument(
@@ -74,7 +76,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     sizes = {"tokens": (128, 32), "requests": (2, 1), "rounds": (3, 2), "prompt_words": (128, 64),
              "conversations": (4, 2), "score_texts": (64, 8), "structured": (8, 4),
-             "soak_requests": (1000, 200)}  # fmt: skip
+             "embed_texts": (64, 16), "soak_requests": (1000, 200)}  # fmt: skip
     for name, (full, quick) in sizes.items():
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
@@ -132,6 +134,7 @@ class Bench:
         with Servers(self.setup) as servers:
             for i, c in enumerate(self.levels):
                 await self.level(servers, i, c)
+            await self.embeddings(servers)
         self.results["elapsed_s"] = time.time() - self.started
         self.results["summary"] = report.summarize(self.results)
         return self.results
@@ -305,6 +308,23 @@ class Bench:
         result = await structured.compare(pair, self.args.structured, self.args.tokens)
         result["refused_token_ms"] = structured.refused_token_costs(self.setup.model)
         self.results["structured"] = result
+
+    async def embeddings(self, servers: Servers) -> None:
+        """edgeserve's /v1/embeddings and llama-server's (--embeddings, mean pooling) on the
+        same batch of short texts, taking turns (bench/embeddings.py)."""
+        a = self.args
+        if a.embed_texts <= 0 or EDGESERVE not in self.kinds:
+            return
+        print(f"embeddings: batches of {a.embed_texts} short texts ...", flush=True)
+        running = [servers.start(EDGESERVE, 4)]
+        if LLAMA_SERVER in self.kinds:
+            running.append(servers.start(LLAMA_SERVER, 4, embeddings.LLAMA_SERVER_ARGS))
+        await asyncio.gather(*(servers.wait_ready(s) for s in running))
+        await self.wait_quiet(running)
+        pair = [(s.kind, s.url) for s in running]
+        self.results["embeddings"] = await embeddings.compare(pair, a.embed_texts, 12, a.rounds)
+        for server in running:
+            servers.stop(server)
 
     async def misbehaving_clients(self, running: list[Server]) -> None:
         """At the highest concurrency: idle CPU after a disconnect, a stream's longest gap

@@ -52,8 +52,15 @@ class Setup:
     logs: Path
 
 
-def command(kind: str, setup: Setup, port: int, parallel: int) -> list[str]:
-    """The command line that serves `setup.model` on `port` with `parallel` sequences."""
+def command(
+    kind: str, setup: Setup, port: int, parallel: int, extra: tuple[str, ...] = ()
+) -> list[str]:
+    """The command line that serves `setup.model` on `port` with `parallel` sequences, plus
+    `extra` arguments."""
+    return [*_base_command(kind, setup, port, parallel), *extra]
+
+
+def _base_command(kind: str, setup: Setup, port: int, parallel: int) -> list[str]:
     model, threads, ctx = str(setup.model), str(setup.threads), str(setup.ctx_size)
     if kind == EDGESERVE:
         return [str(setup.edgeserve), "serve", "--model", model, "--host", HOST,
@@ -174,14 +181,15 @@ class Servers(AbstractContextManager["Servers"]):
         self.setup = setup
         self.running: list[Server] = []
 
-    def start(self, kind: str, parallel: int) -> Server:
-        """Spawn a server (returns at once; see `wait_ready`)."""
+    def start(self, kind: str, parallel: int, extra: tuple[str, ...] = ()) -> Server:
+        """Spawn a server, with `extra` arguments (returns at once; see `wait_ready`)."""
         port = free_port()
         self.setup.logs.mkdir(parents=True, exist_ok=True)
-        log = self.setup.logs / f"{kind}-p{parallel}.log"
+        suffix = "-".join(arg.strip("-") for arg in extra)
+        log = self.setup.logs / f"{kind}-p{parallel}{'-' + suffix if suffix else ''}.log"
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                command(kind, self.setup, port, parallel),
+                command(kind, self.setup, port, parallel, extra),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -124,6 +124,19 @@ def table(results: dict[str, Any]) -> str:
             f"{sc['loop_texts_per_s']:.1f} texts/s, ratio {sc['ratio']:.2f}x, "
             f"max |diff| {sc['max_abs_diff']:.1e}"
         )
+    em = results.get("embeddings")
+    if em:
+        kinds = [kind for kind in ("edgeserve", "llama-server") if kind in em]
+        speeds = ", ".join(f"{kind} {em[kind]['texts_per_s']:.1f} texts/s" for kind in kinds)
+        extra = (
+            f", ratio {em['ratio']:.2f}x, max cosine distance {em['max_cosine_distance']:.1e}"
+            if "ratio" in em
+            else ""
+        )
+        lines.append(
+            f"embeddings, batches of {em['texts']} texts of {em['words_per_text']} words: "
+            f"{speeds}{extra}"
+        )
     st = results.get("structured")
     if st:
         lines.append("structured output (json_schema, temperature 1, full distribution):")

@@ -210,6 +210,15 @@ class Settings:
         path=True,
         shown=f"the installed default model ({DEFAULT_MODEL_FILE})",
     )
+    embedding_model: str | None = _setting(
+        None,
+        _text,
+        "GGUF embedding model served by /v1/embeddings (with its own pooling), loaded beside "
+        "the chat model",
+        "PATH",
+        path=True,
+        shown="unset: mean pooling over the chat model",
+    )
     host: str = _setting("127.0.0.1", _text, "bind address", "HOST", env=("API_HOST",))
     port: int = _setting(8000, _integer(1, 65535), "TCP port", "PORT", env=("API_PORT",))
     api_keys: tuple[str, ...] = _setting(
@@ -358,6 +367,7 @@ class Settings:
         """The engine's view of these settings."""
         return EngineConfig(
             model_path=self.model,
+            embedding_model_path=self.embedding_model,
             n_ctx=self.ctx_size,
             parallel=self.parallel,
             n_threads=self.threads,
@@ -542,6 +552,8 @@ def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         values["model"] = str(default)
     elif not Path(values["model"]).is_file():
         raise ConfigError(f"model file not found: {values['model']}")
+    if "embedding_model" in values and not Path(values["embedding_model"]).is_file():
+        raise ConfigError(f"embedding model file not found: {values['embedding_model']}")
     if "api_key_file" in values:
         keys = (*values.get("api_keys", ()), *read_api_key_file(Path(values["api_key_file"])))
         values["api_keys"] = tuple(dict.fromkeys(keys))

@@ -9,13 +9,16 @@ finish_reason is the true one.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import time
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, Literal
+
+import numpy as np
 
 from edgeserve.engine.types import TokenizerInfo
 from edgeserve.logprobs import AlignedLogprob
@@ -32,6 +35,9 @@ from edgeserve.protocol import (
     CompletionLogprobs,
     CompletionResponse,
     DetokenizeResponse,
+    Embedding,
+    EmbeddingResponse,
+    EmbeddingUsage,
     Finish,
     Function,
     FunctionCall,
@@ -382,6 +388,29 @@ def score_body(
     )
     exclude = None if token_logprobs is not None else {"token_logprobs"}
     return response.model_dump_json(exclude=exclude).encode()
+
+
+def embeddings_body(
+    model: str,
+    vectors: Sequence[np.ndarray],
+    encoding_format: Literal["float", "base64"],
+    prompt_tokens: int,
+) -> bytes:
+    """POST /v1/embeddings: the vectors in input order, as floats or (OpenAI's base64) their
+    little-endian float32 bytes."""
+    data = [
+        Embedding(
+            index=index,
+            embedding=(
+                base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
+                if encoding_format == "base64"
+                else vector.tolist()
+            ),
+        )
+        for index, vector in enumerate(vectors)
+    ]
+    usage = EmbeddingUsage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens)
+    return EmbeddingResponse(data=data, model=model, usage=usage).model_dump_json().encode()
 
 
 def models_body(model_id: str, created: int) -> bytes:

@@ -10,10 +10,12 @@ The HTTP handlers call, in the reference's order (reference-api.md section 2):
     prepare_completion    wire model → engine requests 400 (POST /v1/completions, ours only)
     prepare_score         wire model → ScoreRequest   400
     prepare_tokenize      wire model → Tokenization   400 (POST /tokenize, ours only)
+    prepare_embeddings    wire model → EmbedRequest   400 (POST /v1/embeddings, ours only)
 
-plus engine_error (engine exceptions → 503/400; completion_engine_error and token_engine_error
-name the prompt or token at fault), body_too_large (413), not_found (404),
-method_not_allowed (405) and request_timeout (504, past --request-timeout-s). Reference details
+plus engine_error (engine exceptions → 503/400; completion_engine_error,
+embeddings_engine_error and token_engine_error name the prompt, input or token at fault),
+body_too_large (413), not_found (404), method_not_allowed (405) and request_timeout (504,
+past --request-timeout-s). Reference details
 are byte-exact; edgeserve's own messages (for inputs that crash the reference with a 500, for
 limits and for a text-only model) say what to change. All strings live in `Detail`.
 """
@@ -42,6 +44,7 @@ from edgeserve import errors, grammars
 from edgeserve.engine.types import (
     ChatPrompt,
     ChatTurn,
+    EmbedRequest,
     GenerationRequest,
     GrammarSpec,
     SamplingParams,
@@ -54,6 +57,7 @@ from edgeserve.protocol import (
     ChatMessage,
     CompletionRequest,
     DetokenizeRequest,
+    EmbeddingRequest,
     FunctionAvailable,
     FunctionDefinition,
     MultimodalInputItem,
@@ -183,6 +187,21 @@ class Detail:
         '"messages" has {count} texts but this server scores at most {limit} per request; '
         "split the request."
     )
+    EMPTY_INPUT_LIST = '"input" is an empty list; send at least one text or list of token ids.'
+    EMPTY_TOKEN_INPUT = '"{where}" is an empty list of token ids; send at least one token.'
+    TOO_MANY_INPUTS = (
+        '"input" has {count} items but this server embeds at most {limit} per request; '
+        "split the request."
+    )
+    DIMENSIONS_UNSUPPORTED = (
+        '"dimensions" is {value} but this model\'s embeddings have {size} dimensions and '
+        "cannot be shortened (its vectors were not trained to be cut); leave it out or send "
+        "{size}."
+    )
+    EMBED_INPUT_TOO_LONG = (
+        '"{where}" is {n_prompt} tokens but this server embeds at most {n_ctx} tokens per '
+        "input; shorten it or split it."
+    )
     SERVER_BUSY = "Server is busy: the request queue is full; retry later."
     SHUTTING_DOWN = (
         "Server is shutting down and accepts no new requests; retry once it is back "
@@ -276,6 +295,7 @@ class Limits:
     accepts_video: bool = False
     accepts_audio: bool = False
     max_score_texts: int = 256
+    max_embed_inputs: int = 2048  # OpenAI's own limit
     image_placeholder: str = "<image>"
     video_placeholder: str = "<video>"
     audio_placeholder: str = "<audio>"
@@ -398,6 +418,11 @@ def parse_completion_request(body: Any) -> CompletionRequest:
 def parse_score_request(body: Any) -> ScoreEvaluationRequest:
     """Validate a decoded body against the score schema; 422 with every error, FastAPI-shaped."""
     return _parse(ScoreEvaluationRequest, body)
+
+
+def parse_embedding_request(body: Any) -> EmbeddingRequest:
+    """Validate a decoded body against the embeddings schema; 422, FastAPI-shaped."""
+    return _parse(EmbeddingRequest, body)
 
 
 def parse_tokenize_request(body: Any) -> TokenizeRequest:
@@ -979,6 +1004,44 @@ def prepare_score(req: ScoreEvaluationRequest, limits: Limits) -> ScoreRequest:
         reduction=req.reduction,
         return_token_logprobs=req.return_token_logprobs,
     )
+
+
+def prepare_embeddings(
+    req: EmbeddingRequest, limits: Limits, size: int
+) -> tuple[EmbedRequest, tuple[str, ...]]:
+    """The embeddings checks, in order: an empty input list or token list, too many inputs,
+    `dimensions` other than the model's `size` (its vectors cannot be cut: only models
+    trained with Matryoshka losses can, and a GGUF does not say whether it was), invalid
+    Unicode. Returns the engine request and how messages name each input ("input" or
+    "input[i]")."""
+    prompts, single = _completion_prompts(req.input)
+    if not prompts:
+        raise _bad(Detail.EMPTY_INPUT_LIST)
+    names = ("input",) if single else tuple(f"input[{i}]" for i in range(len(prompts)))
+    for where, prompt in zip(names, prompts, strict=True):
+        if isinstance(prompt, TokenPrompt) and not prompt.ids:
+            raise _bad(Detail.EMPTY_TOKEN_INPUT.format(where=where))
+    if len(prompts) > limits.max_embed_inputs:
+        raise _bad(Detail.TOO_MANY_INPUTS.format(count=len(prompts), limit=limits.max_embed_inputs))
+    if req.dimensions is not None and req.dimensions != size:
+        raise _bad(Detail.DIMENSIONS_UNSUPPORTED.format(value=req.dimensions, size=size))
+    texts = [(where, p) for where, p in zip(names, prompts, strict=True) if isinstance(p, str)]
+    _check_unicode([("model", req.model), *texts])
+    return EmbedRequest(prompts), names
+
+
+def embeddings_engine_error(exc: errors.EngineError, names: Sequence[str]) -> errors.ApiError:
+    """engine_error for an embeddings request: an input too long for the embeddings context,
+    or holding an unknown token id, is named as the request named it."""
+    if isinstance(exc, errors.UnknownToken) and exc.index is not None:
+        return token_engine_error(exc, names[exc.index])
+    if isinstance(exc, errors.PromptTooLong) and exc.index is not None:
+        return _bad(
+            Detail.EMBED_INPUT_TOO_LONG.format(
+                where=names[exc.index], n_prompt=exc.count, n_ctx=exc.n_ctx
+            )
+        )
+    return engine_error(exc)
 
 
 def prepare_tokenize(req: TokenizeRequest) -> Tokenization:

@@ -68,11 +68,33 @@ class KvCache(Protocol):
         ...
 
 
+class Embedder(Protocol):
+    """The model that /v1/embeddings reads: the served one, or a dedicated embedding model."""
+
+    n_vocab: int
+    n_embd: int
+
+    @property
+    def embed_size(self) -> int:
+        """The most tokens of one text to embed."""
+        ...
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        """Token ids for `text` in this model's vocabulary (any thread)."""
+        ...
+
+    def embed(self, texts: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """Each text's pooled embedding, L2-normalised (float32, `n_embd` long), from one
+        decode of them all in a separate embeddings context (engine thread)."""
+        ...
+
+
 class Backend(KvCache, Protocol):
     """A loaded model with one generation context (see the module docstring)."""
 
     n_ctx: int
     n_vocab: int
+    embedder: Embedder
     n_seq: int
     is_classifier: bool
     add_bos: bool
@@ -140,7 +162,7 @@ class Backend(KvCache, Protocol):
         ...
 
     def release_score_context(self) -> None:
-        """Free the scoring context (made again on the next score chunk)."""
+        """Free the scoring and embeddings contexts (made again on their next use)."""
         ...
 
     def reset(self) -> None:
@@ -153,12 +175,16 @@ class Backend(KvCache, Protocol):
 
 
 class LlamaBackend:
-    """`Backend` over llama-cpp-python's low-level API: loads the GGUF and its chat template."""
+    """`Backend` over llama-cpp-python's low-level API: loads the GGUF and its chat template,
+    and the dedicated embedding model when there is one."""
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self.model = LoadedModel(config)
+        self.embedder = self.model
         try:
+            if config.embedding_model_path:
+                self.embedder = LoadedModel(config, embedding_only=True)
             source = resolve_template(
                 config.chat_template, self.model.chat_template, self.model.architecture
             )
@@ -169,7 +195,7 @@ class LlamaBackend:
                 eos_token=self.model.token_text(eos),
             )
         except BaseException:
-            self.model.close()
+            self.close_models()
             raise
         model = self.model
         vocab = model.vocab
@@ -299,12 +325,13 @@ class LlamaBackend:
 
     @property
     def holds_score_context(self) -> bool:
-        """True while the separate scoring context is allocated."""
-        return self.model.holds_score_context
+        """True while the separate scoring or embeddings context is allocated."""
+        return self.model.holds_score_context or self.embedder.holds_score_context
 
     def release_score_context(self) -> None:
-        """Free the scoring context."""
+        """Free the scoring and embeddings contexts."""
         self.model.release_score_context()
+        self.embedder.release_score_context()
 
     # ---- life -------------------------------------------------------------------------------
 
@@ -313,6 +340,12 @@ class LlamaBackend:
         self.model.recreate_context()
 
     def close(self) -> None:
-        """Free the batch, the contexts and the model."""
+        """Free the batch, the contexts and the models."""
         self.batch.free()
+        self.close_models()
+
+    def close_models(self) -> None:
+        """Free the models and their contexts."""
+        if self.embedder is not self.model:
+            self.embedder.close()
         self.model.close()

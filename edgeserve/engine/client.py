@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 
-from edgeserve.engine.jobs import Job, Prompt, Sink
+from edgeserve.engine.jobs import AnyJob, Job, Prompt, Sink
 from edgeserve.engine.scoring import TextState
 from edgeserve.engine.types import (
+    EmbedRequest,
+    EmbedResult,
     EngineStats,
     Finished,
     GenerationRequest,
@@ -94,9 +96,22 @@ class EngineClient:
     async def score(self, request: ScoreRequest) -> ScoreResult:
         """Score texts; cancelling the awaiting task aborts the work in the engine."""
         texts: list[TextState] = await asyncio.wrap_future(self.engine.prepare_async(request))
+        result = await self._one_result(functools.partial(self.engine.submit_score, request, texts))
+        assert isinstance(result, ScoreResult)
+        return result
+
+    async def embed(self, request: EmbedRequest) -> EmbedResult:
+        """Embed texts; cancelling the awaiting task aborts the work in the engine."""
+        texts: list[list[int]] = await asyncio.wrap_future(self.engine.prepare_async(request))
+        result = await self._one_result(functools.partial(self.engine.submit_embed, request, texts))
+        assert isinstance(result, EmbedResult)
+        return result
+
+    async def _one_result(self, submit: Callable[[Sink], AnyJob]) -> object:
+        """Submit a job whose one event is its result; raise its EngineError, and abort it
+        when the awaiting task is cancelled."""
         queue: asyncio.Queue[object] = asyncio.Queue()
-        sink = Sink(asyncio.get_running_loop(), queue.put_nowait)
-        job = self.engine.submit_score(request, texts, sink)
+        job = submit(Sink(asyncio.get_running_loop(), queue.put_nowait))
         try:
             event = await queue.get()
         except asyncio.CancelledError:
@@ -104,8 +119,12 @@ class EngineClient:
             raise
         if isinstance(event, EngineError):
             raise event
-        assert isinstance(event, ScoreResult)
         return event
+
+    @property
+    def embedding_size(self) -> int:
+        """The length of the model's embedding vectors (EngineStopped before it is loaded)."""
+        return self.engine.embedding_size
 
     async def tokenize(self, request: Tokenization) -> list[int]:
         """The model's tokens for a text, tokenized on a prepare thread."""

@@ -7,7 +7,8 @@ collection per state (waiting, active or scoring) and in none once it has ended:
        │                     │                                 │
        └─────────────────────┴──── cancelled or failed ────────┴──────────────────▶ CANCELLED
 
-A score job goes QUEUED → GENERATING (being decoded) → DONE, or CANCELLED from either.
+A score or embeddings job goes QUEUED → GENERATING (being decoded) → DONE, or CANCELLED from
+either.
 Everything here belongs to the engine thread except `Sink`, which is how events leave it.
 """
 
@@ -24,7 +25,14 @@ import numpy as np
 
 from edgeserve.engine.detok import StopMatcher, Utf8Assembler
 from edgeserve.engine.scoring import TextState
-from edgeserve.engine.types import GenerationRequest, ScoreRequest, ScoreResult, TokenLogprob
+from edgeserve.engine.types import (
+    EmbedRequest,
+    EmbedResult,
+    GenerationRequest,
+    ScoreRequest,
+    ScoreResult,
+    TokenLogprob,
+)
 
 
 class JobState(enum.Enum):
@@ -218,4 +226,43 @@ def _described(text: TextState, piece: Callable[[int], bytes]) -> tuple[TokenLog
     return (TokenLogprob(0, piece(text.tokens[0]), None), *text.details)
 
 
-AnyJob = Job | ScoreJob
+# Texts one embeddings decode may hold (each pooled over a sequence of its own).
+EMBED_MAX_SEQS = 64
+
+
+@dataclass(eq=False)
+class EmbedJob:
+    """An embeddings request: its texts (tokenized before submission), the vectors of the
+    first `len(vectors)` of them, and its state."""
+
+    rid: int
+    request: EmbedRequest
+    texts: list[list[int]]
+    sink: Sink
+    state: JobState = JobState.QUEUED
+    vectors: list[np.ndarray] = field(default_factory=list)
+
+    def next_texts(self, budget: int) -> list[list[int]]:
+        """The texts of the next decode: the next one (whatever its size), and those after it
+        while their tokens stay within `budget` and their count within EMBED_MAX_SEQS."""
+        start = len(self.vectors)
+        taken = self.texts[start : start + 1]
+        used = len(taken[0]) if taken else 0
+        for tokens in self.texts[start + 1 : start + EMBED_MAX_SEQS]:
+            if used + len(tokens) > budget:
+                break
+            taken.append(tokens)
+            used += len(tokens)
+        return taken
+
+    @property
+    def done(self) -> bool:
+        """True once every text has its vector."""
+        return len(self.vectors) == len(self.texts)
+
+    def result(self) -> EmbedResult:
+        """The vectors in request order, and the tokens read."""
+        return EmbedResult(tuple(self.vectors), sum(len(t) for t in self.texts))
+
+
+AnyJob = Job | ScoreJob | EmbedJob

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import ctypes
 import logging
+from collections.abc import Sequence
 from contextlib import ExitStack
 from typing import Any
 
 import llama_cpp as lc
 import numpy as np
 
+from edgeserve.engine.batch import TokenBatch
+from edgeserve.engine.jobs import EMBED_MAX_SEQS
 from edgeserve.engine.types import EngineConfig
 
 log = logging.getLogger("edgeserve.engine")
@@ -25,6 +28,13 @@ SCORE_CHUNK = 64
 SCORE_CHUNK_BESIDE_STREAMS = 16
 # Tokens per llama.cpp micro-batch: bounds the compute buffer whatever the batch size.
 MAX_UBATCH = 512
+# Pooling types a dedicated embedding model's metadata may name (mean, CLS, last token), as
+# metadata strings; any other (none, or nothing said) means mean pooling.
+_OWN_POOLING = {
+    str(lc.LLAMA_POOLING_TYPE_MEAN),
+    str(lc.LLAMA_POOLING_TYPE_CLS),
+    str(lc.LLAMA_POOLING_TYPE_LAST),
+}
 # While a model loads, llama.cpp's errors are collected here (not logged) so that a failed load
 # is reported as one line that includes llama.cpp's own first complaint.
 _load_errors: list[str] | None = None
@@ -58,15 +68,20 @@ class ModelLoadError(RuntimeError):
 
 class LoadedModel:
     """A llama.cpp model, a context sized for continuous batching, and (made on first use) a
-    one-sequence context for scoring. A classifier / reranker (rank pooling) gets only the
-    scoring context, with embeddings on; its scores are the head's `n_cls_out` outputs.
+    one-sequence context for scoring and a context for embeddings. A classifier / reranker
+    (rank pooling) gets only the scoring context, with embeddings on; its scores are the head's
+    `n_cls_out` outputs. With `embedding_only` (the dedicated --embedding-model) the model gets
+    only the embeddings context, pooled as its metadata says (mean pooling when it says
+    nothing); else embeddings are the mean of the last hidden states.
 
     Owned by the engine thread; only `metadata`, `n_ctx` and friends are safe to read elsewhere.
     """
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, *, embedding_only: bool = False) -> None:
         _init_backend()
         self.config = config
+        path = config.embedding_model_path if embedding_only else config.model_path
+        assert path is not None
         self._stack = ExitStack()
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = config.n_gpu_layers if config.n_gpu_layers >= 0 else 0x7FFFFFFF
@@ -75,12 +90,12 @@ class LoadedModel:
         global _load_errors
         _load_errors = []
         try:
-            model = lc.llama_model_load_from_file(config.model_path.encode(), mparams)
+            model = lc.llama_model_load_from_file(path.encode(), mparams)
         finally:
             complaints, _load_errors = _load_errors, None
         if not model:
             reason = complaints[0].split(": ", 1)[-1] if complaints else "unknown error"
-            raise ModelLoadError(f"{config.model_path} is not a loadable GGUF ({reason})")
+            raise ModelLoadError(f"{path} is not a loadable GGUF ({reason})")
         self.model = model
         self._stack.callback(lc.llama_model_free, model)
         self.vocab = lc.llama_model_get_vocab(model)
@@ -92,15 +107,28 @@ class LoadedModel:
         self.is_classifier = pooling == str(lc.LLAMA_POOLING_TYPE_RANK)
         self.n_threads = config.n_threads or 1
         self.n_cls_out = lc.llama_model_n_cls_out(model) if self.is_classifier else 0
+        self.n_embd = lc.llama_model_n_embd(model)
+        self.embed_pooling = lc.LLAMA_POOLING_TYPE_MEAN
         self._score_ctx: tuple[Any, Any] | None = None
+        self._embed_ctx: tuple[Any, Any] | None = None
+        self._embed_batch: TokenBatch | None = None
         self.ctx: Any = None
+        self.memory: Any = None
         self._stack.callback(self._free_contexts)
-        try:
-            self.ctx, self.memory = self._new_context()
-        except BaseException:
-            self._stack.close()
-            raise
-        self.n_ctx = lc.llama_n_ctx(self.ctx)
+        if embedding_only:
+            if self.is_classifier:
+                self._stack.close()
+                raise ModelLoadError(f"{path} is a reranker (rank pooling), not an embedding model")
+            if pooling in _OWN_POOLING:
+                self.embed_pooling = int(pooling)
+            self.n_ctx = self.embed_size
+        else:
+            try:
+                self.ctx, self.memory = self._new_context()
+            except BaseException:
+                self._stack.close()
+                raise
+            self.n_ctx = lc.llama_n_ctx(self.ctx)
         self.add_bos = bool(lc.llama_vocab_get_add_bos(self.vocab))
         self.bos = lc.llama_vocab_bos(self.vocab)
         self.gpu_offload = bool(lc.llama_supports_gpu_offload())
@@ -108,7 +136,7 @@ class LoadedModel:
         self._pieces: dict[int, bytes] = {}
         log.info(
             "loaded %s: %d layers, vocab %d, n_ctx %d, %d sequences, %d threads",
-            config.model_path,
+            path,
             self.n_layer,
             self.n_vocab,
             self.n_ctx,
@@ -148,6 +176,9 @@ class LoadedModel:
 
     def _free_contexts(self) -> None:
         self.release_score_context()
+        if self._embed_batch is not None:
+            self._embed_batch.free()
+            self._embed_batch = None
         if self.ctx is not None:
             lc.llama_free(self.ctx)
             self.ctx = None
@@ -251,19 +282,71 @@ class LoadedModel:
         return self._score_ctx
 
     @property
+    def embed_size(self) -> int:
+        """The most tokens one text may have for embeddings: the whole text is pooled in one
+        micro-batch, and the position table ends at n_ctx_train."""
+        return min(self.config.n_ctx, self.n_ctx_train)
+
+    def embed_context(self) -> tuple[Any, Any]:
+        """(context, memory) for embeddings: mean pooling over the last hidden states, up to
+        EMBED_MAX_SEQS texts of `embed_size` tokens in all per decode, made on first use and
+        kept until `release_score_context`."""
+        if self._embed_ctx is None:
+            size = self.embed_size
+            cparams = self._context_params(
+                n_seq=EMBED_MAX_SEQS, n_batch=size, n_ubatch=size, n_outputs=size, n_ctx=size
+            )
+            cparams.embeddings = True
+            cparams.pooling_type = self.embed_pooling
+            ctx = lc.llama_init_from_model(self.model, cparams)
+            if not ctx:
+                raise RuntimeError("llama.cpp could not create the embeddings context")
+            self._embed_ctx = (ctx, lc.llama_get_memory(ctx))
+        return self._embed_ctx
+
+    def embed(self, texts: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """Each text's pooled embedding, L2-normalised (float32), from one decode of them all
+        side by side (one sequence each) in the embeddings context."""
+        ctx, memory = self.embed_context()
+        lc.llama_memory_clear(memory, True)
+        if self._embed_batch is None:
+            self._embed_batch = TokenBatch(self.embed_size)
+        batch = self._embed_batch
+        batch.clear()
+        for seq, tokens in enumerate(texts):
+            batch.add_span(tokens, 0, seq, range(len(tokens)))
+        rc = batch.decode(ctx)
+        if rc != 0:
+            self.release_score_context()
+            raise RuntimeError(f"llama_decode (embeddings) failed with status {rc}")
+        vectors = []
+        for seq in range(len(texts)):
+            pooled = lc.llama_get_embeddings_seq(ctx, seq)
+            vector = np.ctypeslib.as_array(pooled, shape=(self.n_embd,)).astype(np.float64)
+            norm = np.linalg.norm(vector)
+            vectors.append((vector / norm if norm > 0 else vector).astype(np.float32))
+        return vectors
+
+    @property
     def holds_score_context(self) -> bool:
-        """True while a separate scoring context is allocated (never for a classifier, whose
-        one context is the scoring context)."""
-        return self._score_ctx is not None and not self.is_classifier
+        """True while a separate scoring or embeddings context is allocated (a classifier's
+        one context is its scoring context, and does not count)."""
+        scoring = self._score_ctx is not None and not self.is_classifier
+        return scoring or self._embed_ctx is not None
 
     def release_score_context(self) -> None:
-        """Free the separate scoring context (its KV cache and logit buffers, ~200 MiB on a
-        262k vocabulary) and hand the freed pages back to the system."""
-        if self.holds_score_context:
-            assert self._score_ctx is not None
+        """Free the separate scoring and embeddings contexts (their KV caches and output
+        buffers, ~200 MiB of logits on a 262k vocabulary) and hand the freed pages back to the
+        system."""
+        if not self.holds_score_context:
+            return
+        if self._score_ctx is not None and not self.is_classifier:
             lc.llama_free(self._score_ctx[0])
             self._score_ctx = None
-            _trim_heap()
+        if self._embed_ctx is not None:
+            lc.llama_free(self._embed_ctx[0])
+            self._embed_ctx = None
+        _trim_heap()
 
     def close(self) -> None:
         """Free the contexts and the model."""

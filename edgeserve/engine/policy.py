@@ -16,7 +16,8 @@ own, see `_plan_generation`): up to the batch's room while nothing generates, el
 so a newcomer's prefill delays running streams by ~0.1 s per step instead of a whole prompt.
 Score requests alternate with generation steps: one chunk of one text per turn, decoded alone
 in a separate scoring context (scores must not depend on what else runs), shorter while
-streams wait on it.
+streams wait on it. Embeddings requests take the same turns: one decode of whole texts (up to
+EMBED_CHUNK tokens, fewer while streams wait) in a separate embeddings context.
 
 When the KV cache is full anyway, a free sequence's prompt cache goes first, then the
 generating choice that holds the most cells ends with `length`; a prefilling job is never cut
@@ -30,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from edgeserve.engine.backend import Batch, KvCache
-from edgeserve.engine.jobs import AnyJob, Choice, Job, JobState, ScoreJob
+from edgeserve.engine.jobs import AnyJob, Choice, EmbedJob, Job, JobState, ScoreJob
 from edgeserve.engine.scoring import TextState
 from edgeserve.engine.slots import SlotPool
 
@@ -40,6 +41,19 @@ SCORE_CHUNK = 64
 # While chat streams run, score chunks alternate with their steps: a shorter chunk keeps their
 # next token from waiting on 64 logit rows (~2.5 ms each on a 262k vocabulary).
 SCORE_CHUNK_BESIDE_STREAMS = 16
+# Tokens per embeddings decode (a longer text is decoded alone, since mean pooling reads a
+# whole text at once). llama.cpp computes a logit row for every pooled token as well (~0.3
+# GFLOP each on a 262k vocabulary), so beside streams a decode holds as few as a score chunk.
+EMBED_CHUNK = 256
+EMBED_CHUNK_BESIDE_STREAMS = SCORE_CHUNK_BESIDE_STREAMS
+
+
+@dataclass
+class EmbedPlan:
+    """An embeddings step: these whole texts of `job`, side by side."""
+
+    job: EmbedJob
+    texts: list[list[int]]
 
 
 class InvariantError(AssertionError):
@@ -80,7 +94,7 @@ class Scheduler:
         self.slots = SlotPool(n_seq)
         self.waiting: deque[AnyJob] = deque()
         self.active: list[Job] = []
-        self.scoring: list[ScoreJob] = []
+        self.scoring: list[ScoreJob | EmbedJob] = []
         self.reserved = 0
         self.prefix_hits = 0
         self.prefix_tokens = 0
@@ -102,7 +116,7 @@ class Scheduler:
         return [*self.waiting, *self.active, *self.scoring]
 
     def _can_admit(self, job: AnyJob) -> bool:
-        if isinstance(job, ScoreJob):
+        if isinstance(job, ScoreJob | EmbedJob):
             return True
         if len(self.slots) < job.request.n:
             return False
@@ -123,7 +137,7 @@ class Scheduler:
         failed: list[tuple[AnyJob, Exception]] = []
         while self.waiting and self._can_admit(self.waiting[0]):
             job = self.waiting.popleft()
-            if isinstance(job, ScoreJob):
+            if isinstance(job, ScoreJob | EmbedJob):
                 job.state = JobState.GENERATING
                 self.scoring.append(job)
                 continue
@@ -158,7 +172,7 @@ class Scheduler:
             return False
         if job.state is JobState.QUEUED:
             self.waiting.remove(job)
-        elif isinstance(job, ScoreJob):
+        elif isinstance(job, ScoreJob | EmbedJob):
             self.scoring.remove(job)
         else:
             for choice in job.choices:
@@ -175,8 +189,8 @@ class Scheduler:
             self._retire(job)
             job.state = JobState.DONE
 
-    def finish_score(self, job: ScoreJob) -> None:
-        """A score job has its result."""
+    def finish_score(self, job: ScoreJob | EmbedJob) -> None:
+        """A score or embeddings job has its result."""
         self.scoring.remove(job)
         job.state = JobState.DONE
 
@@ -261,13 +275,17 @@ class Scheduler:
 
     # ---- planning ---------------------------------------------------------------------------
 
-    def plan(self, batch: Batch) -> GenerationPlan | ScorePlan | None:
-        """The next step: a score chunk or a generation batch (written into `batch`),
-        alternating when both wait; None when there is nothing to decode."""
+    def plan(self, batch: Batch) -> GenerationPlan | ScorePlan | EmbedPlan | None:
+        """The next step: a score chunk, embeddings or a generation batch (written into
+        `batch`), alternating when both wait; None when there is nothing to decode."""
         batch.clear()
         if self.scoring and (not self.active or self._score_turn):
             self._score_turn = False
-            return self._plan_score(self.scoring[0])
+            job = self.scoring[0]
+            if isinstance(job, EmbedJob):
+                budget = EMBED_CHUNK_BESIDE_STREAMS if self.active else EMBED_CHUNK
+                return EmbedPlan(job, job.next_texts(budget))
+            return self._plan_score(job)
         self._score_turn = True
         if not any(job.steppable for job in self.active):
             return None

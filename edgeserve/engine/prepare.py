@@ -15,12 +15,13 @@ from edgeserve.engine.sampling import grammar_text
 from edgeserve.engine.scoring import TextState
 from edgeserve.engine.types import (
     ChatPrompt,
+    EmbedRequest,
     EngineConfig,
     GenerationRequest,
     ScoreRequest,
     TokenPrompt,
 )
-from edgeserve.errors import PromptTooLong, RequestTooLarge, UnknownToken
+from edgeserve.errors import InvalidPrompt, PromptTooLong, RequestTooLarge, UnknownToken
 
 
 def at_least_tokens(backend: Backend, text: str) -> int:
@@ -103,4 +104,29 @@ def prepare_score(backend: Backend, config: EngineConfig, request: ScoreRequest)
             raise RequestTooLarge("tokens", total, config.max_score_tokens)
         own_first = isinstance(text, TokenPrompt) or not backend.add_bos
         texts.append(TextState(tokens, classify=backend.is_classifier, own_first=own_first))
+    return texts
+
+
+def prepare_embed(backend: Backend, config: EngineConfig, request: EmbedRequest) -> list[list[int]]:
+    """Tokenize each text to embed in the embedding model's vocabulary (BOS, and SEP for a
+    BERT-like model, as it says), each within its embeddings context and all within the score
+    token limit. Raises PromptTooLong or UnknownToken (naming the text), RequestTooLarge, or
+    InvalidPrompt for a text of no tokens."""
+    embedder = backend.embedder
+    size = embedder.embed_size
+    texts: list[list[int]] = []
+    total = 0
+    for index, text in enumerate(request.texts):
+        if isinstance(text, TokenPrompt):
+            tokens = known_tokens(embedder.n_vocab, text.ids, index)
+        else:
+            tokens = embedder.tokenize(text, add_special=True, parse_special=False)
+        if not tokens:
+            raise InvalidPrompt(f"input {index} has no tokens to embed")
+        if len(tokens) > size:
+            raise PromptTooLong(len(tokens), size, index=index)
+        total += len(tokens)
+        if total > config.max_score_tokens:
+            raise RequestTooLarge("tokens", total, config.max_score_tokens)
+        texts.append(tokens)
     return texts

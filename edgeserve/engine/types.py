@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    import numpy as np
 
 FinishReason = Literal["stop", "length", "abort"]
 
@@ -13,6 +16,7 @@ class EngineConfig:
     """How the model and context are loaded and scheduled."""
 
     model_path: str
+    embedding_model_path: str | None = None
     n_ctx: int = 4096
     parallel: int = 4
     n_threads: int | None = None
@@ -106,6 +110,21 @@ class ScoreRequest:
     reduction: Literal["mean", "sum"] = "mean"
     return_token_logprobs: bool = False
     top_logprobs: int | None = None
+
+
+@dataclass(frozen=True)
+class EmbedRequest:
+    """Texts (raw text, BOS added as the model says, or token ids as given) to embed."""
+
+    texts: tuple[str | TokenPrompt, ...]
+
+
+@dataclass(frozen=True)
+class EmbedResult:
+    """One L2-normalised float32 vector per text, in request order, and the tokens read."""
+
+    vectors: tuple[np.ndarray, ...]
+    n_tokens: int
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ One thread owns the backend (the llama.cpp model and context). Around it:
 - `submit` and `cancel` (any thread) only append to the inbox under one lock; the thread takes
   both at the start of each step. With no live work it waits on that lock's condition: it
   never spins. An idle engine that gets a request waits `BURST_WINDOW_S` so a burst shares its
-  first step. Idle housekeeping (freeing the scoring context) runs outside the lock.
+  first step. Idle housekeeping (freeing the scoring and embeddings contexts) runs outside
+  the lock.
 - Grammar-constrained sampling runs on grammar threads from a copy of the logit row (see
   sampling.py): the choice sits out the steps until its token arrives, and the other streams
   go on, so a slow grammar delays only its own answer.
@@ -35,11 +36,23 @@ from typing import Any, TypeVar
 import numpy as np
 
 from edgeserve.engine.backend import Backend, LlamaBackend
-from edgeserve.engine.jobs import AnyJob, Choice, Job, Prompt, ScoreJob, Sink
-from edgeserve.engine.policy import GenerationPlan, InvariantError, Scheduler, ScorePlan
-from edgeserve.engine.prepare import known_tokens, prepare_generation, prepare_score
+from edgeserve.engine.jobs import AnyJob, Choice, EmbedJob, Job, Prompt, ScoreJob, Sink
+from edgeserve.engine.policy import (
+    EmbedPlan,
+    GenerationPlan,
+    InvariantError,
+    Scheduler,
+    ScorePlan,
+)
+from edgeserve.engine.prepare import (
+    known_tokens,
+    prepare_embed,
+    prepare_generation,
+    prepare_score,
+)
 from edgeserve.engine.scoring import LogSoftmax, TextState
 from edgeserve.engine.types import (
+    EmbedRequest,
     EngineConfig,
     EngineStats,
     Finished,
@@ -62,7 +75,7 @@ from edgeserve.errors import (
 
 log = logging.getLogger("edgeserve.engine")
 
-# The scoring context is freed after this long without a score request.
+# The scoring and embeddings contexts are freed after this long without a request for them.
 SCORE_CONTEXT_IDLE_S = 30.0
 # The requests of a burst reach an idle engine a few ms apart; it waits this long after the
 # first so that their prompts share the first step instead of queueing behind one prefill.
@@ -197,12 +210,17 @@ class Engine:
 
     # ---- preparation (prepare threads) ------------------------------------------------------
 
-    def prepare_async(self, request: GenerationRequest | ScoreRequest) -> Future[Any]:
-        """Render and tokenize on a prepare thread: a Future of the `Prompt` (generation) or
-        the texts' states (score), or of the EngineError that refuses the request. The
-        request holds a queue place meanwhile (EngineOverloaded when there is none)."""
+    def prepare_async(
+        self, request: GenerationRequest | ScoreRequest | EmbedRequest
+    ) -> Future[Any]:
+        """Render and tokenize on a prepare thread: a Future of the `Prompt` (generation),
+        the texts' states (score) or tokens (embeddings), or of the EngineError that refuses
+        the request. The request holds a queue place meanwhile (EngineOverloaded when there
+        is none)."""
         if isinstance(request, GenerationRequest):
             return self.on_prepare_thread(self.prepare, request)
+        if isinstance(request, EmbedRequest):
+            return self.on_prepare_thread(self.prepare_embed, request)
         return self.on_prepare_thread(self.prepare_score, request)
 
     def on_prepare_thread(self, fn: Callable[..., T], *args: Any) -> Future[T]:
@@ -238,6 +256,15 @@ class Engine:
         """Tokenize a score request's texts (see prepare.py); any thread."""
         return prepare_score(self._ready_backend(), self.config, request)
 
+    def prepare_embed(self, request: EmbedRequest) -> list[list[int]]:
+        """Tokenize the texts of an embeddings request (see prepare.py); any thread."""
+        return prepare_embed(self._ready_backend(), self.config, request)
+
+    @property
+    def embedding_size(self) -> int:
+        """The length of an embedding vector (EngineStopped before the model is loaded)."""
+        return self._ready_backend().embedder.n_embd
+
     def tokenize(self, request: Tokenization) -> list[int]:
         """The model's tokens for a text; any thread."""
         return self._ready_backend().tokenize(
@@ -266,6 +293,13 @@ class Engine:
     def submit_score(self, request: ScoreRequest, texts: list[TextState], sink: Sink) -> ScoreJob:
         """Queue a prepared score request; its ScoreResult (or an EngineError) goes to `sink`."""
         job = ScoreJob(rid=0, request=request, texts=texts, sink=sink)
+        self._enqueue(job)
+        return job
+
+    def submit_embed(self, request: EmbedRequest, texts: list[list[int]], sink: Sink) -> EmbedJob:
+        """Queue a tokenized embeddings request; its EmbedResult (or an EngineError) goes to
+        `sink`."""
+        job = EmbedJob(rid=0, request=request, texts=texts, sink=sink)
         self._enqueue(job)
         return job
 
@@ -386,6 +420,8 @@ class Engine:
         plan = scheduler.plan(backend.batch)
         if isinstance(plan, ScorePlan):
             self._score(plan)
+        elif isinstance(plan, EmbedPlan):
+            self._embed(plan)
         elif plan is not None:
             self._generate(plan)
         try:
@@ -605,6 +641,24 @@ class Engine:
                 text.details.append(detail)
                 text.logprobs.append(detail.logprob)
         text.fed = plan.start + plan.take
+
+    # ---- embeddings -------------------------------------------------------------------------
+
+    def _embed(self, plan: EmbedPlan) -> None:
+        scheduler = self.scheduler
+        backend = self.backend
+        assert scheduler is not None and backend is not None
+        job = plan.job
+        self.steps += 1
+        try:
+            job.vectors += backend.embedder.embed(plan.texts)
+        except Exception as exc:
+            self._fail(job, exc)
+            return
+        if job.done:
+            scheduler.finish_score(job)
+            self._score_idle_since = time.monotonic()
+            self._emit(job, job.result())
 
     # ---- failures ---------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from edgeserve.engine.client import EngineClient
 from edgeserve.http import middlewares
 from edgeserve.http.handlers.chat import chat_completions
 from edgeserve.http.handlers.completions import completions
+from edgeserve.http.handlers.embeddings import embeddings
 from edgeserve.http.handlers.health import health
 from edgeserve.http.handlers.metrics import prometheus_metrics
 from edgeserve.http.handlers.models import list_models
@@ -26,6 +27,7 @@ ROUTES = (
     ("POST", "/v1/chat/completions", chat_completions),
     ("POST", "/v1/completions", completions),
     ("POST", "/v1/score/evaluation", score_evaluation),
+    ("POST", "/v1/embeddings", embeddings),
     ("POST", "/tokenize", tokenize),
     ("POST", "/detokenize", detokenize),
     ("GET", "/tokenizer_info", tokenizer_info),

@@ -32,6 +32,12 @@ from edgeserve.protocol.completions import (
     CompletionRequest,
     CompletionResponse,
 )
+from edgeserve.protocol.embeddings import (
+    Embedding,
+    EmbeddingRequest,
+    EmbeddingResponse,
+    EmbeddingUsage,
+)
 from edgeserve.protocol.models import ModelCard, ModelList
 from edgeserve.protocol.score import ScoreEvaluationRequest, ScoreEvaluationResponse
 from edgeserve.protocol.tokenize import (
@@ -60,6 +66,10 @@ __all__ = [
     "CompletionResponse",
     "DetokenizeRequest",
     "DetokenizeResponse",
+    "Embedding",
+    "EmbeddingRequest",
+    "EmbeddingResponse",
+    "EmbeddingUsage",
     "Finish",
     "Function",
     "FunctionAvailable",

@@ -59,6 +59,7 @@ def test_defaults(model):
     settings = load_settings(["--model", str(model)], {})
     assert settings == Settings(
         model=str(model),
+        embedding_model=None,
         host="127.0.0.1",
         port=8000,
         api_keys=(),
@@ -183,6 +184,20 @@ def test_precedence(tmp_path, model, name, flag, env, line, expected):
     ]
     got = tuple(getattr(load_settings(argv, environ), name) for argv, environ in layers)
     assert got == expected
+
+
+def test_embedding_model_from_flag_env_or_file(tmp_path, model):
+    files = [write(tmp_path / f"embed-{name}.gguf", "GGUF") for name in "abc"]
+    conf = write(tmp_path / "edgeserve.toml", 'embedding-model = "embed-c.gguf"\n')
+    environ = {"EDGESERVE_EMBEDDING_MODEL": str(files[1])}
+    base = ["--model", str(model), "--config", str(conf)]
+    flag = load_settings([*base, "--embedding-model", str(files[0])], environ)
+    assert flag.embedding_model == str(files[0])
+    assert load_settings(base, environ).embedding_model == str(files[1])
+    from_file = load_settings(base, {})
+    assert from_file.embedding_model == str(files[2])
+    assert from_file.engine_config().embedding_model_path == str(files[2])
+    assert load_settings(["--model", str(model)], {}).embedding_model is None
 
 
 def test_config_flag_beats_config_env(tmp_path, model):
@@ -326,6 +341,13 @@ BAD = [
     ([], {}, "ctx-size = 1\nctx_size = 2", "duplicate key 'ctx_size' in {conf}"),
     (["--model", "{tmp}/missing.gguf"], {}, None, "model file not found: {tmp}/missing.gguf"),
     (["--model", "{tmp}"], {}, None, "model file not found: {tmp}"),
+    (
+        ["--embedding-model", "{tmp}/none.gguf"],
+        {},
+        None,
+        "embedding model file not found: {tmp}/none.gguf",
+    ),
+    ([], {}, 'embedding-model = "none.gguf"', "embedding model file not found: {tmp}/none.gguf"),
     (
         ["--api-key-file", "{tmp}/keys.txt"],
         {},

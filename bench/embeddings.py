@@ -1,0 +1,61 @@
+"""Embeddings throughput: edgeserve's `/v1/embeddings` against llama-server's `--embeddings`.
+
+Both embed the same batch of short texts (one request of `count` texts) with the same model and
+threads, mean pooling, taking turns `rounds` times. llama-server cannot chat while it serves
+embeddings, so it runs as a server of its own (`--embeddings --pooling mean`, its `--parallel`
+as edgeserve's default 4). Reports texts/s of each (median over the rounds), their ratio, and
+the largest cosine distance between the two servers' vectors (both L2-normalised).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+from bench.scoring import make_texts
+
+LLAMA_SERVER_ARGS = ("--embeddings", "--pooling", "mean")
+
+
+async def embed(url: str, texts: list[str]) -> tuple[np.ndarray, float]:
+    """The vectors (one row per text, in order) from one request, and the seconds it took."""
+    async with aiohttp.ClientSession() as session:
+        body = {"model": "bench", "input": texts, "encoding_format": "float"}
+        started = time.perf_counter()
+        async with session.post(f"{url}/v1/embeddings", json=body) as resp:
+            data = await resp.json()
+            if resp.status != 200:
+                raise RuntimeError(f"embeddings request failed: {resp.status} {data}")
+        elapsed = time.perf_counter() - started
+    rows = sorted(data["data"], key=lambda item: item["index"])
+    return np.asarray([row["embedding"] for row in rows], dtype=np.float64), elapsed
+
+
+async def compare(pair: list[tuple[str, str]], count: int, words: int, rounds: int) -> dict:
+    """Each server in `pair` ((kind, url), ...) embeds the same `count` texts `rounds` times,
+    in turns, after one warm-up request each."""
+    texts = make_texts(count, words, seed=1)
+    seconds: dict[str, list[float]] = {kind: [] for kind, _ in pair}
+    vectors: dict[str, np.ndarray] = {}
+    for _kind, url in pair:
+        await embed(url, texts[:2])
+    for rnd in range(rounds):
+        order = pair[rnd % len(pair) :] + pair[: rnd % len(pair)]
+        for kind, url in order:
+            vectors[kind], elapsed = await embed(url, texts)
+            seconds[kind].append(elapsed)
+    result: dict[str, Any] = {"texts": count, "words_per_text": words, "rounds": rounds}
+    for kind, times in seconds.items():
+        result[kind] = {"texts_per_s": count / statistics.median(times)}
+    if len(vectors) == 2:
+        a, b = vectors.values()
+        a = a / np.linalg.norm(a, axis=1, keepdims=True)
+        b = b / np.linalg.norm(b, axis=1, keepdims=True)
+        result["max_cosine_distance"] = float(np.max(1.0 - np.sum(a * b, axis=1)))
+        kinds = list(seconds)
+        result["ratio"] = result[kinds[0]]["texts_per_s"] / result[kinds[1]]["texts_per_s"]
+    return result
