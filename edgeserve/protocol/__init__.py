@@ -32,6 +32,19 @@ from edgeserve.protocol.completions import (
     CompletionRequest,
     CompletionResponse,
 )
+from edgeserve.protocol.messages import (
+    CountTokensRequest,
+    CountTokensResponse,
+    Message,
+    MessageParam,
+    MessagesRequest,
+    MessagesUsage,
+    TextBlock,
+    Tool,
+    ToolChoice,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from edgeserve.protocol.models import ModelCard, ModelList
 from edgeserve.protocol.score import ScoreEvaluationRequest, ScoreEvaluationResponse
 from edgeserve.protocol.tokenize import (
@@ -58,6 +71,8 @@ __all__ = [
     "CompletionLogprobs",
     "CompletionRequest",
     "CompletionResponse",
+    "CountTokensRequest",
+    "CountTokensResponse",
     "DetokenizeRequest",
     "DetokenizeResponse",
     "Finish",
@@ -66,6 +81,10 @@ __all__ = [
     "FunctionCall",
     "FunctionDefinition",
     "FunctionDelta",
+    "Message",
+    "MessageParam",
+    "MessagesRequest",
+    "MessagesUsage",
     "ModelCard",
     "ModelList",
     "MultimodalInputItem",
@@ -76,10 +95,15 @@ __all__ = [
     "ScoreEvaluationRequest",
     "ScoreEvaluationResponse",
     "StreamOptions",
+    "TextBlock",
     "TokenizeRequest",
     "TokenizeResponse",
     "TokenizerInfoResponse",
+    "Tool",
     "ToolCallDelta",
+    "ToolChoice",
+    "ToolResultBlock",
+    "ToolUseBlock",
     "TopLogprob",
     "Usage",
 ]
