@@ -62,16 +62,19 @@ def message_body(
     prompt_tokens: int,
 ) -> bytes:
     """The non-stream answer: its text as one text block (none when empty), or, when the answer
-    is tool calls, one tool_use block per call."""
+    is tool calls, one tool_use block per call. Anthropic's `input` is an object, so calls
+    whose arguments are not one (the LlamaFactory format takes any JSON value) stay text."""
+    inputs = [json.loads(call.arguments) for call in calls or ()]
+    called = bool(inputs) and all(isinstance(value, dict) for value in inputs)
     content: list[TextBlock | ToolUseBlock]
-    if calls:
+    if called and calls:
         content = [
-            ToolUseBlock(id=new_tool_use_id(), name=call.name, input=json.loads(call.arguments))
-            for call in calls
+            ToolUseBlock(id=new_tool_use_id(), name=call.name, input=value)
+            for call, value in zip(calls, inputs, strict=True)
         ]
     else:
         content = [TextBlock(text=text)] if text else []
-    reason, sequence = stop_reason(finished, bool(calls))
+    reason, sequence = stop_reason(finished, called)
     message = Message(
         id=id,
         model=model,

@@ -270,6 +270,11 @@ def test_message_body_with_text_and_with_calls():
     assert block["id"].startswith("toolu_") and body["stop_reason"] == "tool_use"
     empty = json.loads(messages.message_body("msg_1", "m", "", None, finished, 10))
     assert empty["content"] == []
+    action = "Action: f\nAction Input: 3"
+    calls = [ToolCall("f", "3")]
+    body = json.loads(messages.message_body("msg_1", "m", action, calls, finished, 10))
+    assert body["content"] == [{"type": "text", "text": action}]
+    assert body["stop_reason"] == "end_turn"
 
 
 def events(data: list[bytes]) -> list[tuple[str, dict[str, Any]]]:
