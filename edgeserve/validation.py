@@ -206,7 +206,7 @@ class Detail:
         "take (the model reads text only); send text, tool_use and tool_result blocks."
     )
     MESSAGE_BLOCK_WRONG_ROLE = (
-        'messages[{index}].content[{number}] is a "{kind}" block in a {role} message; '
+        'messages[{index}].content[{number}] is a "{kind}" block in a message of role "{role}"; '
         "tool_use blocks belong in assistant messages, tool_result blocks in user messages."
     )
     TOOL_RESULT_UNKNOWN_ID = (

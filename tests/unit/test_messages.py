@@ -104,8 +104,11 @@ def test_an_error_result_says_so():
         ([user([{"type": "text", "text": ""}])], "messages[0] has no content"),
         ([user("Q"), assistant([USE]), user([result() | {"tool_use_id": "x"}])], "answers "),
         ([user([result()])], "answers tool_use_id"),
-        ([user([USE])], 'is a "tool_use" block in a user message'),
-        ([user("Q"), assistant([result()]), user("A")], '"tool_result" block in a assistant'),
+        ([user([USE])], 'is a "tool_use" block in a message of role "user"'),
+        (
+            [user("Q"), assistant([result()]), user("A")],
+            '"tool_result" block in a message of role "assistant"',
+        ),
         ([user([{"type": "image", "source": {}}])], 'messages[0].content[0] is a "image" block'),
         (
             [user("Q"), assistant([USE]), user([result([{"type": "document", "source": {}}])])],
