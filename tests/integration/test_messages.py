@@ -87,18 +87,44 @@ async def test_auth_errors(make_client):
     assert models.status == 200
 
 
-async def test_disconnect_mid_stream_leaves_the_engine_idle(client, engine):
-    # Messages has no logit_bias to ban the end, so a forced call's schema makes the answer long.
-    many = {"type": "array", "items": {"type": "integer"}, "minItems": 500}
-    schema = {"type": "object", "properties": {"numbers": many}, "required": ["numbers"]}
-    request = body(
+def long_answer(**fields: Any) -> dict[str, Any]:
+    """A request whose answer runs to max_tokens: Messages has no logit_bias to ban the end,
+    so a forced call's schema makes the answer long: 25 lists of at least 25 numbers each
+    (nested, so that the grammar stays small)."""
+    row = {"type": "array", "items": {"type": "integer"}, "minItems": 25}
+    rows = {"type": "array", "items": row, "minItems": 25}
+    schema = {"type": "object", "properties": {"numbers": rows}, "required": ["numbers"]}
+    return body(
         messages=[{"role": "user", "content": "Count."}],
         tools=[{"name": "count", "input_schema": schema}],
         tool_choice={"type": "tool", "name": "count"},
         max_tokens=1500,
-        stream=True,
+        **fields,
     )
-    resp = await client.post(MESSAGES, json=request)
+
+
+async def test_past_the_timeout_is_an_anthropic_timeout_error(make_client, engine):
+    client = await make_client(request_timeout_s=0.001)
+    resp = await client.post(MESSAGES, json=body(max_tokens=1000))
+    assert resp.status == 504
+    error = (await resp.json())["error"]
+    assert error["type"] == "timeout_error" and "0.001 seconds" in error["message"]
+    await assert_engine_idle(engine)
+
+
+async def test_a_stream_past_the_timeout_ends_with_an_error_event(make_client, engine):
+    # Long enough for the stream to start even on a busy machine; far too short for its tokens.
+    client = await make_client(request_timeout_s=2.0)
+    resp = await client.post(MESSAGES, json=long_answer(stream=True))
+    assert resp.status == 200
+    events = parse_events(await resp.read())
+    assert events[0][0] == "message_start" and events[-1][0] == "error"
+    assert events[-1][1]["error"]["type"] == "timeout_error"
+    await assert_engine_idle(engine)
+
+
+async def test_disconnect_mid_stream_leaves_the_engine_idle(client, engine):
+    resp = await client.post(MESSAGES, json=long_answer(stream=True))
     for _ in range(4):  # message_start, the call's block start, two pieces of its input
         await resp.content.readuntil(b"\n\n")
     assert engine.stats().busy_slots == 1, "the call is still being generated"
