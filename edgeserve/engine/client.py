@@ -10,12 +10,14 @@ from types import TracebackType
 from edgeserve.engine.jobs import AnyJob, Job, Prompt, Sink
 from edgeserve.engine.scoring import TextState
 from edgeserve.engine.types import (
+    ChatPrompt,
     EmbedRequest,
     EmbedResult,
     EngineStats,
     Finished,
     GenerationRequest,
     PromptInfo,
+    SamplingParams,
     ScoreRequest,
     ScoreResult,
     TextDelta,
@@ -125,6 +127,13 @@ class EngineClient:
     def embedding_size(self) -> int:
         """The length of the model's embedding vectors (EngineStopped before it is loaded)."""
         return self.engine.embedding_size
+
+    async def count_prompt_tokens(self, prompt: ChatPrompt) -> int:
+        """The tokens of a conversation as a generation would send it to the model (the
+        template rendered, tools included), on a prepare thread (raises PromptTooLong)."""
+        request = GenerationRequest(prompt=prompt, params=SamplingParams())
+        prepared = await asyncio.wrap_future(self.engine.prepare_async(request))
+        return len(prepared.tokens)
 
     async def tokenize(self, request: Tokenization) -> list[int]:
         """The model's tokens for a text, tokenized on a prepare thread."""

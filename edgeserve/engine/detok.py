@@ -27,26 +27,28 @@ class Utf8Assembler:
 class StopMatcher:
     """Finds stop strings in streamed text, holding back a tail that may start one.
 
-    `push` returns the text that is safe to emit and whether a stop string was found; once
-    one is found, the text from the stop string on is dropped.
+    `push` returns the text that is safe to emit and the stop string found (None while none
+    is); once one is found, the text from the stop string on is dropped.
     """
 
     def __init__(self, stops: tuple[str, ...]) -> None:
         self._stops = tuple(s for s in stops if s)
         self._held = ""
 
-    def push(self, text: str) -> tuple[str, bool]:
-        """Add `text`; return (text safe to emit now, stop string found)."""
+    def push(self, text: str) -> tuple[str, str | None]:
+        """Add `text`; return (text safe to emit now, the stop string found or None). Of
+        several, the one that starts first wins (then the first given)."""
         if not self._stops:
-            return text, False
+            return text, None
         buf = self._held + text
-        cut = min((i for i in (buf.find(s) for s in self._stops) if i >= 0), default=-1)
-        if cut >= 0:
+        found = [(at, n) for n, at in enumerate(buf.find(s) for s in self._stops) if at >= 0]
+        if found:
+            cut, which = min(found)
             self._held = ""
-            return buf[:cut], True
+            return buf[:cut], self._stops[which]
         keep = self._partial_tail(buf)
         self._held = buf[len(buf) - keep :] if keep else ""
-        return buf[: len(buf) - keep], False
+        return buf[: len(buf) - keep], None
 
     def flush(self) -> str:
         """Release the held-back tail when the sequence ends without a stop string."""

@@ -125,8 +125,8 @@ class Choice:
         """The tokens whose KV this choice's sequence holds (positions 0 … n_past-1)."""
         return (prompt + self.generated)[: self.n_past]
 
-    def push_text(self, piece: bytes) -> tuple[str, bool]:
-        """Feed a token's bytes; (text safe to release now, a stop string was found)."""
+    def push_text(self, piece: bytes) -> tuple[str, str | None]:
+        """Feed a token's bytes; (text safe to release now, the stop string found or None)."""
         return self.stopper.push(self.assembler.feed(piece))
 
     def drain_text(self) -> str:

@@ -176,12 +176,13 @@ class TokenLogprob:
 
 @dataclass(frozen=True)
 class Finished:
-    """Choice `index` ended."""
+    """Choice `index` ended; `stop_sequence` is the stop string that ended it, if one did."""
 
     index: int
     reason: FinishReason
     completion_tokens: int
     cached_tokens: int = 0
+    stop_sequence: str | None = None
 
 
 @dataclass(frozen=True)

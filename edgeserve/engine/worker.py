@@ -554,8 +554,8 @@ class Engine:
             return
         text, hit = choice.push_text(backend.piece(token))
         self._emit_text(job, choice, text)
-        if hit:
-            self._finish(job, choice, "stop", drain=False)
+        if hit is not None:
+            self._finish(job, choice, "stop", drain=False, stop_sequence=hit)
         elif choice.sampler.slow:
             log.warning(
                 "request %d choice %d: a grammar step took over %g s; answer ended early",
@@ -588,14 +588,21 @@ class Engine:
             self._emit(job, TextDelta(choice.index, text))
 
     def _finish(
-        self, job: Job, choice: Choice, reason: FinishReason, *, drain: bool = True
+        self,
+        job: Job,
+        choice: Choice,
+        reason: FinishReason,
+        *,
+        drain: bool = True,
+        stop_sequence: str | None = None,
     ) -> None:
         """End a choice: release held-back text, report it, free its sequence."""
         scheduler = self.scheduler
         assert scheduler is not None
         if drain:
             self._emit_text(job, choice, choice.drain_text())
-        self._emit(job, Finished(choice.index, reason, choice.n_gen, job.cached))
+        finished = Finished(choice.index, reason, choice.n_gen, job.cached, stop_sequence)
+        self._emit(job, finished)
         scheduler.finish(job, choice)
 
     # ---- scoring ----------------------------------------------------------------------------

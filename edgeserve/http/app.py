@@ -14,11 +14,12 @@ from edgeserve.http.handlers.chat import chat_completions
 from edgeserve.http.handlers.completions import completions
 from edgeserve.http.handlers.embeddings import embeddings
 from edgeserve.http.handlers.health import health
+from edgeserve.http.handlers.messages import count_tokens, create_message
 from edgeserve.http.handlers.metrics import prometheus_metrics
 from edgeserve.http.handlers.models import list_models
 from edgeserve.http.handlers.score import score_evaluation
 from edgeserve.http.handlers.tokenize import detokenize, tokenize, tokenizer_info
-from edgeserve.http.keys import ENGINE, KNOWN_PATHS, LIMITS, METRICS, SETTINGS
+from edgeserve.http.keys import ANTHROPIC_PATHS, ENGINE, KNOWN_PATHS, LIMITS, METRICS, SETTINGS
 from edgeserve.metrics import Metrics
 from edgeserve.validation import Limits
 
@@ -34,6 +35,12 @@ ROUTES = (
     ("GET", "/health", health),
     ("GET", "/metrics", prometheus_metrics),
 )
+
+ANTHROPIC_ROUTES = (
+    ("POST", "/v1/messages", create_message),
+    ("POST", "/v1/messages/count_tokens", count_tokens),
+)
+"""Anthropic's endpoints: their errors have Anthropic's shape."""
 
 
 def create_app(
@@ -58,13 +65,16 @@ def create_app(
     )
     prefixes = [""] + ([settings.root_path] if settings.root_path else [])
     paths = set()
+    anthropic = set()
     for prefix in prefixes:
-        for method, path, handler in ROUTES:
+        for method, path, handler in ROUTES + ANTHROPIC_ROUTES:
             full = prefix + path
             if method == "GET":
                 app.router.add_get(full, handler, allow_head=False)
             else:
                 app.router.add_route(method, full, handler)
             paths.add(full)
+        anthropic.update(prefix + path for _, path, _ in ANTHROPIC_ROUTES)
     app[KNOWN_PATHS] = frozenset(paths)
+    app[ANTHROPIC_PATHS] = frozenset(anthropic)
     return app

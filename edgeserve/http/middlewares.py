@@ -1,5 +1,6 @@
 """Middlewares, outermost first: request context (id, access log, metrics, last-resort 500) → CORS →
-API errors (ApiError and aiohttp's own 404/405/413 reshaped into `{"detail": …, "message": …}`)."""
+API errors (ApiError and aiohttp's own 404/405/413 reshaped into `{"detail": …, "message": …}`,
+or Anthropic's `{"type": "error", "error": …}` on the Anthropic endpoints)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,16 @@ import uuid
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from edgeserve import responses, validation
+from edgeserve import messages, responses, validation
 from edgeserve.errors import ApiError, EngineFault, EngineRestarted
-from edgeserve.http.keys import KNOWN_PATHS, METRICS, RECORD, SETTINGS, RequestRecord
+from edgeserve.http.keys import (
+    ANTHROPIC_PATHS,
+    KNOWN_PATHS,
+    METRICS,
+    RECORD,
+    SETTINGS,
+    RequestRecord,
+)
 from edgeserve.metrics import CLIENT_CLOSED, OTHER_ROUTE
 
 access_log = logging.getLogger("edgeserve.access")
@@ -28,6 +36,18 @@ def error_response(err: ApiError, reference_errors: bool) -> web.Response:
     return web.Response(
         status=err.status,
         body=responses.error_body(err.detail, with_message=not reference_errors),
+        content_type="application/json",
+        headers=err.headers,
+    )
+
+
+def anthropic_error_response(err: ApiError) -> web.Response:
+    """The JSON response for an ApiError on an Anthropic endpoint: its status and error type
+    as validation.anthropic_error decides, and the same message as `error_response`'s."""
+    status, kind = validation.anthropic_error(err)
+    return web.Response(
+        status=status,
+        body=messages.error_body(kind, responses.error_message(err.detail)),
         content_type="application/json",
         headers=err.headers,
     )
@@ -169,4 +189,6 @@ async def api_errors(request: web.Request, handler: Handler) -> web.StreamRespon
         error = validation.method_not_allowed(sorted(exc.allowed_methods))
     except web.HTTPRequestEntityTooLarge:
         error = validation.body_too_large(request.app[SETTINGS].max_body_bytes)
+    if request.path in request.app[ANTHROPIC_PATHS]:
+        return anthropic_error_response(error)
     return error_response(error, request.app[SETTINGS].reference_errors)

@@ -38,6 +38,19 @@ from edgeserve.protocol.embeddings import (
     EmbeddingResponse,
     EmbeddingUsage,
 )
+from edgeserve.protocol.messages import (
+    CountTokensRequest,
+    CountTokensResponse,
+    Message,
+    MessageParam,
+    MessagesRequest,
+    MessagesUsage,
+    TextBlock,
+    Tool,
+    ToolChoice,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from edgeserve.protocol.models import ModelCard, ModelList
 from edgeserve.protocol.score import ScoreEvaluationRequest, ScoreEvaluationResponse
 from edgeserve.protocol.tokenize import (
@@ -64,6 +77,8 @@ __all__ = [
     "CompletionLogprobs",
     "CompletionRequest",
     "CompletionResponse",
+    "CountTokensRequest",
+    "CountTokensResponse",
     "DetokenizeRequest",
     "DetokenizeResponse",
     "Embedding",
@@ -76,6 +91,10 @@ __all__ = [
     "FunctionCall",
     "FunctionDefinition",
     "FunctionDelta",
+    "Message",
+    "MessageParam",
+    "MessagesRequest",
+    "MessagesUsage",
     "ModelCard",
     "ModelList",
     "MultimodalInputItem",
@@ -86,10 +105,15 @@ __all__ = [
     "ScoreEvaluationRequest",
     "ScoreEvaluationResponse",
     "StreamOptions",
+    "TextBlock",
     "TokenizeRequest",
     "TokenizeResponse",
     "TokenizerInfoResponse",
+    "Tool",
     "ToolCallDelta",
+    "ToolChoice",
+    "ToolResultBlock",
+    "ToolUseBlock",
     "TopLogprob",
     "Usage",
 ]

@@ -25,29 +25,30 @@ def test_invalid_bytes_become_replacement_characters():
     assert asm.feed(b"a\xffb") == "a\ufffdb"
 
 
-def run(stops: tuple[str, ...], pieces: list[str]) -> tuple[str, bool]:
+def run(stops: tuple[str, ...], pieces: list[str]) -> tuple[str, str | None]:
     matcher = StopMatcher(stops)
     out = []
     for piece in pieces:
         text, hit = matcher.push(piece)
         out.append(text)
-        if hit:
-            return "".join(out), True
-    return "".join(out) + matcher.flush(), False
+        if hit is not None:
+            return "".join(out), hit
+    return "".join(out) + matcher.flush(), None
 
 
 @pytest.mark.parametrize(
     ("stops", "pieces", "expected", "hit"),
     [
-        ((), ["a", "b"], "ab", False),
-        (("END",), ["hello ", "E", "N", "D", " more"], "hello ", True),
-        (("END",), ["hello E", "ND"], "hello ", True),
-        (("END",), ["hello EN", "d"], "hello ENd", False),
-        (("END",), ["xEN"], "xEN", False),
-        (("ab", "b"), ["xab"], "x", True),
-        (("ab", "xa"), ["xab"], "", True),
-        (("\n\n",), ["line\n", "\nnext"], "line", True),
-        (("",), ["keep"], "keep", False),
+        ((), ["a", "b"], "ab", None),
+        (("END",), ["hello ", "E", "N", "D", " more"], "hello ", "END"),
+        (("END",), ["hello E", "ND"], "hello ", "END"),
+        (("END",), ["hello EN", "d"], "hello ENd", None),
+        (("END",), ["xEN"], "xEN", None),
+        (("ab", "b"), ["xab"], "x", "ab"),
+        (("b", "ab"), ["xab"], "x", "ab"),
+        (("ab", "xa"), ["xab"], "", "xa"),
+        (("\n\n",), ["line\n", "\nnext"], "line", "\n\n"),
+        (("",), ["keep"], "keep", None),
     ],
 )
 def test_stop_matcher(stops, pieces, expected, hit):
@@ -56,6 +57,6 @@ def test_stop_matcher(stops, pieces, expected, hit):
 
 def test_partial_match_is_held_back_until_resolved():
     matcher = StopMatcher(("STOP",))
-    assert matcher.push("abc ST") == ("abc ", False)
-    assert matcher.push("O") == ("", False)
-    assert matcher.push("x") == ("STOx", False)
+    assert matcher.push("abc ST") == ("abc ", None)
+    assert matcher.push("O") == ("", None)
+    assert matcher.push("x") == ("STOx", None)

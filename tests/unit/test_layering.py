@@ -22,6 +22,7 @@ FORBIDDEN = {
     "protocol": ("aiohttp", "llama_cpp", "edgeserve.http", "edgeserve.engine.worker"),
     "validation.py": ("aiohttp", "llama_cpp", "edgeserve.http"),
     "responses.py": ("aiohttp", "llama_cpp", "edgeserve.http"),
+    "messages.py": ("aiohttp", "llama_cpp", "edgeserve.http", "edgeserve.validation"),
     "errors.py": ("aiohttp", "llama_cpp", "pydantic", "edgeserve."),
     "tool_calls.py": ("aiohttp", "llama_cpp", "pydantic", "edgeserve."),
     "tool_stream.py": (

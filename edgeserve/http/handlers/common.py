@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from aiohttp import web
 
 from edgeserve import validation
+from edgeserve.engine.types import ChatPrompt, GenerationRequest
 from edgeserve.errors import EngineError
-from edgeserve.http.keys import SETTINGS
+from edgeserve.http.keys import RECORD, SETTINGS
+from edgeserve.log import PROMPTS
 
 T = TypeVar("T")
+
+prompt_log = logging.getLogger(PROMPTS)
 
 # Bodies larger than this are decoded, validated and checked on a worker thread: a request of
 # 100,000 chat messages takes over a second of CPU to parse and check, which on the event loop
@@ -29,8 +35,18 @@ async def authenticated_body(request: web.Request) -> tuple[Any, bool]:
     body = await off_loop(
         large, validation.decode_json_body, raw, request.headers.get("Content-Type")
     )
-    validation.check_api_key(request.headers.get("Authorization"), request.app[SETTINGS].api_keys)
+    check_key(request)
     return body, large
+
+
+def check_key(request: web.Request) -> None:
+    """401 unless the request carries a configured API key (as a bearer token or in
+    Anthropic's `x-api-key` header)."""
+    validation.check_api_key(
+        request.headers.get("Authorization"),
+        request.app[SETTINGS].api_keys,
+        request.headers.get("x-api-key"),
+    )
 
 
 async def off_loop(large: bool, fn: Callable[..., T], *args: Any) -> T:
@@ -53,3 +69,16 @@ async def engine_errors(limit: asyncio.Timeout, timeout_s: float) -> AsyncIterat
         if not limit.expired():
             raise
         raise validation.request_timeout(timeout_s) from None
+
+
+def log_prompt(request: web.Request, work: GenerationRequest) -> None:
+    """The conversation as the engine gets it, at debug level (only with --log-prompts)."""
+    prompt = work.prompt
+    if isinstance(prompt, ChatPrompt):
+        turns = [{"role": turn.role, "content": turn.content} for turn in prompt.messages]
+        if prompt.system is not None:
+            turns.insert(0, {"role": "system", "content": prompt.system})
+        text = json.dumps(turns, ensure_ascii=False)
+    else:
+        text = prompt
+    prompt_log.debug("prompt", extra={"request_id": request[RECORD].request_id, "prompt": text})

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from edgeserve import metrics, validation
-from edgeserve.http.keys import METRICS, SETTINGS
+from edgeserve import metrics
+from edgeserve.http.handlers.common import check_key
+from edgeserve.http.keys import METRICS
 
 
 async def prometheus_metrics(request: web.Request) -> web.Response:
     """The app's registry in the classic text format, engine figures read now."""
-    validation.check_api_key(request.headers.get("Authorization"), request.app[SETTINGS].api_keys)
+    check_key(request)
     body = request.app[METRICS].exposition()
     return web.Response(body=body, headers={"Content-Type": metrics.CONTENT_TYPE})

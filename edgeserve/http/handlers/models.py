@@ -6,13 +6,14 @@ import time
 
 from aiohttp import web
 
-from edgeserve import responses, validation
+from edgeserve import responses
+from edgeserve.http.handlers.common import check_key
 from edgeserve.http.keys import SETTINGS
 
 
 async def list_models(request: web.Request) -> web.Response:
     """One model card whose id is the configured model name."""
     settings = request.app[SETTINGS]
-    validation.check_api_key(request.headers.get("Authorization"), settings.api_keys)
+    check_key(request)
     body = responses.models_body(settings.model_name, int(time.time()))
     return web.Response(body=body, content_type="application/json")

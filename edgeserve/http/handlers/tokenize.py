@@ -10,7 +10,12 @@ from aiohttp import web
 
 from edgeserve import responses, validation
 from edgeserve.errors import EngineError
-from edgeserve.http.handlers.common import authenticated_body, engine_errors, off_loop
+from edgeserve.http.handlers.common import (
+    authenticated_body,
+    check_key,
+    engine_errors,
+    off_loop,
+)
 from edgeserve.http.keys import ENGINE, SETTINGS
 
 
@@ -45,7 +50,7 @@ async def detokenize(request: web.Request) -> web.Response:
 
 async def tokenizer_info(request: web.Request) -> web.Response:
     """The special tokens, whether BOS/EOS are added, the context size and the chat template."""
-    validation.check_api_key(request.headers.get("Authorization"), request.app[SETTINGS].api_keys)
+    check_key(request)
     try:
         info = request.app[ENGINE].tokenizer_info()
     except EngineError as exc:
