@@ -15,6 +15,7 @@ from edgeserve.http.handlers.completions import completions
 from edgeserve.http.handlers.health import health
 from edgeserve.http.handlers.metrics import prometheus_metrics
 from edgeserve.http.handlers.models import list_models
+from edgeserve.http.handlers.responses_api import create_response
 from edgeserve.http.handlers.score import score_evaluation
 from edgeserve.http.handlers.tokenize import detokenize, tokenize, tokenizer_info
 from edgeserve.http.keys import ENGINE, KNOWN_PATHS, LIMITS, METRICS, SETTINGS
@@ -25,6 +26,7 @@ ROUTES = (
     ("GET", "/v1/models", list_models),
     ("POST", "/v1/chat/completions", chat_completions),
     ("POST", "/v1/completions", completions),
+    ("POST", "/v1/responses", create_response),
     ("POST", "/v1/score/evaluation", score_evaluation),
     ("POST", "/tokenize", tokenize),
     ("POST", "/detokenize", detokenize),
