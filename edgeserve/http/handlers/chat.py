@@ -20,7 +20,12 @@ from edgeserve.engine.types import (
     TokenLogprob,
 )
 from edgeserve.errors import EngineError
-from edgeserve.http.handlers.common import authenticated_body, engine_errors, off_loop
+from edgeserve.http.handlers.common import (
+    authenticated_body,
+    engine_errors,
+    off_loop,
+    stream_failure,
+)
 from edgeserve.http.keys import ENGINE, LIMITS, RECORD, SETTINGS
 from edgeserve.http.sse import EventStream
 from edgeserve.log import PROMPTS
@@ -165,20 +170,16 @@ async def _stream(
                         if not await stream.send(chunk):
                             return stream.response
         except EngineError as exc:
-            err = validation.engine_error(exc)
-            request[RECORD].error_status = err.status
-            await stream.send(responses.stream_error_event(err.status, err.detail))
+            await stream.send(stream_failure(request, exc))
             await stream.send(responses.sse_event("[DONE]"))
             return stream.response
-        except TimeoutError:
+        except TimeoutError as exc:
             if not limit.expired():
                 raise
-            err = validation.request_timeout(request.app[SETTINGS].request_timeout_s)
             request[RECORD].generated(
                 info.prompt_tokens, completion, cached or info.cached_tokens, started, first
             )
-            request[RECORD].error_status = err.status
-            await stream.send(responses.stream_error_event(err.status, err.detail))
+            await stream.send(stream_failure(request, exc))
             await stream.send(responses.sse_event("[DONE]"))
             return stream.response
         if include_usage:

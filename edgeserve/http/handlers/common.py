@@ -9,9 +9,9 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from edgeserve import validation
+from edgeserve import responses, validation
 from edgeserve.errors import EngineError
-from edgeserve.http.keys import SETTINGS
+from edgeserve.http.keys import RECORD, SETTINGS
 
 T = TypeVar("T")
 
@@ -53,3 +53,14 @@ async def engine_errors(limit: asyncio.Timeout, timeout_s: float) -> AsyncIterat
         if not limit.expired():
             raise
         raise validation.request_timeout(timeout_s) from None
+
+
+def stream_failure(request: web.Request, exc: EngineError | TimeoutError) -> bytes:
+    """The event that ends a started stream on an engine error or past the request's deadline
+    (--request-timeout-s); its status is recorded as the request's error."""
+    if isinstance(exc, EngineError):
+        err = validation.engine_error(exc)
+    else:
+        err = validation.request_timeout(request.app[SETTINGS].request_timeout_s)
+    request[RECORD].error_status = err.status
+    return responses.stream_error_event(err.status, err.detail)

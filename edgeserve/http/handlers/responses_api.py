@@ -11,11 +11,16 @@ import time
 
 from aiohttp import web
 
-from edgeserve import responses, responses_api, validation
+from edgeserve import responses_api, validation
 from edgeserve.engine.client import Generation
 from edgeserve.engine.types import Finished, PromptInfo, TextDelta
 from edgeserve.errors import EngineError
-from edgeserve.http.handlers.common import authenticated_body, engine_errors, off_loop
+from edgeserve.http.handlers.common import (
+    authenticated_body,
+    engine_errors,
+    off_loop,
+    stream_failure,
+)
 from edgeserve.http.keys import ENGINE, LIMITS, RECORD, SETTINGS
 from edgeserve.http.sse import EventStream
 from edgeserve.protocol import ResponsesRequest
@@ -115,19 +120,17 @@ async def _stream(
                         if not await stream.send(chunk):
                             return stream.response
         except EngineError as exc:
-            err = validation.engine_error(exc)
-            request[RECORD].error_status = err.status
-            await stream.send(responses.stream_error_event(err.status, err.detail))
+            await stream.send(stream_failure(request, exc))
             return stream.response
-        except TimeoutError:
+        except TimeoutError as exc:
             if not limit.expired():
                 raise
-            err = validation.request_timeout(request.app[SETTINGS].request_timeout_s)
-            request[RECORD].error_status = err.status
-            await stream.send(responses.stream_error_event(err.status, err.detail))
-            return stream.response
-        finally:
             request[RECORD].generated(
                 info.prompt_tokens, completion, cached or info.cached_tokens, started, first
             )
+            await stream.send(stream_failure(request, exc))
+            return stream.response
+        request[RECORD].generated(
+            info.prompt_tokens, completion, cached or info.cached_tokens, started, first
+        )
     return stream.response
