@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import logging
 import time
 
 from aiohttp import web
@@ -12,9 +10,7 @@ from aiohttp import web
 from edgeserve import responses, validation
 from edgeserve.engine.client import Generation
 from edgeserve.engine.types import (
-    ChatPrompt,
     Finished,
-    GenerationRequest,
     PromptInfo,
     TextDelta,
     TokenLogprob,
@@ -23,18 +19,16 @@ from edgeserve.errors import EngineError
 from edgeserve.http.handlers.common import (
     authenticated_body,
     engine_errors,
+    log_prompt,
     off_loop,
     stream_failure,
 )
 from edgeserve.http.keys import ENGINE, LIMITS, RECORD, SETTINGS
 from edgeserve.http.sse import EventStream
-from edgeserve.log import PROMPTS
 from edgeserve.logprobs import AlignedLogprob, LogprobAligner
 from edgeserve.protocol import ChatCompletionRequest, Finish
 from edgeserve.tool_calls import parse_tool_calls
 from edgeserve.tool_stream import Content, ToolCallStream
-
-prompt_log = logging.getLogger(PROMPTS)
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -47,7 +41,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     work = await (off_loop(large, asyncio.run, checks) if large else checks)
     settings = request.app[SETTINGS]
     if settings.log_prompts:
-        _log_prompt(request, work)
+        log_prompt(request, work)
     started = time.perf_counter()
     # --request-timeout-s counts from here (queue wait included). Before the response starts it
     # is a 504 JSON error; a stream that started ends with an error event (see _stream).
@@ -59,19 +53,6 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             if not req.stream:
                 return await _collect(request, req, gen, info, started)
         return await _stream(request, req, gen, info, started, deadline)
-
-
-def _log_prompt(request: web.Request, work: GenerationRequest) -> None:
-    """The conversation as the engine gets it, at debug level (only with --log-prompts)."""
-    prompt = work.prompt
-    if isinstance(prompt, ChatPrompt):
-        turns = [{"role": turn.role, "content": turn.content} for turn in prompt.messages]
-        if prompt.system is not None:
-            turns.insert(0, {"role": "system", "content": prompt.system})
-        text = json.dumps(turns, ensure_ascii=False)
-    else:
-        text = prompt
-    prompt_log.debug("prompt", extra={"request_id": request[RECORD].request_id, "prompt": text})
 
 
 async def _collect(

@@ -1,19 +1,26 @@
-"""Steps every API handler shares: read, decode, authenticate, keep heavy parsing off the loop."""
+"""Steps every API handler shares: read, decode, authenticate, keep heavy parsing off the loop,
+log the prompt, end a started stream on a failure."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from aiohttp import web
 
 from edgeserve import responses, validation
+from edgeserve.engine.types import ChatPrompt, GenerationRequest
 from edgeserve.errors import EngineError
 from edgeserve.http.keys import RECORD, SETTINGS
+from edgeserve.log import PROMPTS
 
 T = TypeVar("T")
+
+prompt_log = logging.getLogger(PROMPTS)
 
 # Bodies larger than this are decoded, validated and checked on a worker thread: a request of
 # 100,000 chat messages takes over a second of CPU to parse and check, which on the event loop
@@ -64,3 +71,16 @@ def stream_failure(request: web.Request, exc: EngineError | TimeoutError) -> byt
         err = validation.request_timeout(request.app[SETTINGS].request_timeout_s)
     request[RECORD].error_status = err.status
     return responses.stream_error_event(err.status, err.detail)
+
+
+def log_prompt(request: web.Request, work: GenerationRequest) -> None:
+    """The conversation as the engine gets it, at debug level (only with --log-prompts)."""
+    prompt = work.prompt
+    if isinstance(prompt, ChatPrompt):
+        turns = [{"role": turn.role, "content": turn.content} for turn in prompt.messages]
+        if prompt.system is not None:
+            turns.insert(0, {"role": "system", "content": prompt.system})
+        text = json.dumps(turns, ensure_ascii=False)
+    else:
+        text = prompt
+    prompt_log.debug("prompt", extra={"request_id": request[RECORD].request_id, "prompt": text})

@@ -18,6 +18,7 @@ from edgeserve.errors import EngineError
 from edgeserve.http.handlers.common import (
     authenticated_body,
     engine_errors,
+    log_prompt,
     off_loop,
     stream_failure,
 )
@@ -37,6 +38,8 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     checks = validation.prepare_responses(req, request.app[LIMITS])
     work = await (off_loop(large, asyncio.run, checks) if large else checks)
     settings = request.app[SETTINGS]
+    if settings.log_prompts:
+        log_prompt(request, work.generation)
     started = time.perf_counter()
     deadline = asyncio.get_running_loop().time() + settings.request_timeout_s
     limit = asyncio.timeout_at(deadline)
