@@ -596,9 +596,9 @@ async def prepare_responses(req: ResponsesRequest, limits: Limits) -> ResponsesW
 
 def _chat_messages(req: ResponsesRequest) -> list[ChatMessage]:
     """`instructions`, then `input` as chat messages: leading system/developer messages join
-    the instructions in one system message (blank-line separated), consecutive function_call
-    items become one assistant message with tool_calls, function_call_output items tool
-    messages."""
+    the instructions in one system message, consecutive user (or assistant) messages join in
+    one (blank-line separated), consecutive function_call items become one assistant message
+    with tool_calls, each function_call_output item a tool message."""
     system = [] if req.instructions is None else [req.instructions]
     items = [InputItem(role="user", content=req.input)] if isinstance(req.input, str) else req.input
     messages: list[ChatMessage] = []
@@ -610,7 +610,11 @@ def _chat_messages(req: ResponsesRequest) -> list[ChatMessage]:
                 system.append(_item_text(item.content, index, "content"))
             elif item.role in ("user", "assistant"):
                 text = _item_text(item.content, index, "content")
-                messages.append(ChatMessage(role=Role(item.role), content=text))
+                last = messages[-1] if messages else None
+                if last is not None and last.role == item.role and not last.tool_calls:
+                    last.content = f"{last.content}\n\n{text}"
+                else:
+                    messages.append(ChatMessage(role=Role(item.role), content=text))
             else:
                 role = json.dumps(item.role, ensure_ascii=False)
                 raise _bad(Detail.ROLE_UNSUPPORTED.format(index=index, role=role))

@@ -90,6 +90,21 @@ PROMPTS = [
         ChatPrompt((ChatTurn("user", "ab"),)),
     ),
     (
+        "consecutive user messages, and assistant messages, join",
+        {
+            "input": [
+                user("a"),
+                user("b"),
+                {"role": "assistant", "content": "c"},
+                {"role": "assistant", "content": "d"},
+                user("e"),
+            ]
+        },
+        ChatPrompt(
+            (ChatTurn("user", "a\n\nb"), ChatTurn("assistant", "c\n\nd"), ChatTurn("user", "e"))
+        ),
+    ),
+    (
         "a tool round trip",
         {"input": [user("weather?"), CALL, OUTPUT], "tools": [WEATHER]},
         ChatPrompt(
@@ -269,8 +284,8 @@ ERRORS = [
         Detail.TEXT_FORMAT_WITHOUT_SCHEMA,
     ),
     (
-        "chat's checks still run: two user turns",
-        {"input": [user("a"), user("b")]},
+        "chat's checks still run: two tool outputs in a row",
+        {"input": [user("a"), CALL, OUTPUT, OUTPUT]},
         Detail.ONLY_UAUAU,
     ),
     (
