@@ -597,8 +597,9 @@ async def prepare_responses(req: ResponsesRequest, limits: Limits) -> ResponsesW
 def _chat_messages(req: ResponsesRequest) -> list[ChatMessage]:
     """`instructions`, then `input` as chat messages: leading system/developer messages join
     the instructions in one system message, consecutive user (or assistant) messages join in
-    one (blank-line separated), consecutive function_call items become one assistant message
-    with tool_calls, each function_call_output item a tool message."""
+    one, consecutive function_call items become one assistant message with tool_calls, and
+    consecutive function_call_output items one tool message (texts blank-line separated, in
+    input order: the outputs of parallel calls follow the calls' order)."""
     system = [] if req.instructions is None else [req.instructions]
     items = [InputItem(role="user", content=req.input)] if isinstance(req.input, str) else req.input
     messages: list[ChatMessage] = []
@@ -609,12 +610,7 @@ def _chat_messages(req: ResponsesRequest) -> list[ChatMessage]:
                     raise _bad(Detail.SYSTEM_NOT_FIRST.format(index=index, role=item.role))
                 system.append(_item_text(item.content, index, "content"))
             elif item.role in ("user", "assistant"):
-                text = _item_text(item.content, index, "content")
-                last = messages[-1] if messages else None
-                if last is not None and last.role == item.role and not last.tool_calls:
-                    last.content = f"{last.content}\n\n{text}"
-                else:
-                    messages.append(ChatMessage(role=Role(item.role), content=text))
+                _add_text(messages, Role(item.role), _item_text(item.content, index, "content"))
             else:
                 role = json.dumps(item.role, ensure_ascii=False)
                 raise _bad(Detail.ROLE_UNSUPPORTED.format(index=index, role=role))
@@ -632,14 +628,21 @@ def _chat_messages(req: ResponsesRequest) -> list[ChatMessage]:
                 messages.append(ChatMessage(role=Role.ASSISTANT, tool_calls=[call]))
         elif item.type == "function_call_output":
             _item_field(item.call_id, index, item.type, "call_id")
-            messages.append(
-                ChatMessage(role=Role.TOOL, content=_item_text(item.output, index, "output"))
-            )
+            _add_text(messages, Role.TOOL, _item_text(item.output, index, "output"))
         else:
             raise _bad(Detail.ITEM_UNSUPPORTED.format(index=index, type=item.type))
     if system:
         messages.insert(0, ChatMessage(role=Role.SYSTEM, content="\n\n".join(system)))
     return messages
+
+
+def _add_text(messages: list[ChatMessage], role: Role, text: str) -> None:
+    """A new turn, or `text` joined to the last turn when that has the same role and no calls."""
+    last = messages[-1] if messages else None
+    if last is not None and last.role is role and not last.tool_calls:
+        last.content = f"{last.content}\n\n{text}"
+    else:
+        messages.append(ChatMessage(role=role, content=text))
 
 
 def _item_field(value: str | None, index: int, kind: str, name: str) -> str:

@@ -144,6 +144,33 @@ PROMPTS = [
         ),
     ),
     (
+        "parallel calls and their outputs",
+        {
+            "input": [
+                user("weather?"),
+                CALL,
+                CALL_2,
+                OUTPUT,
+                {**OUTPUT, "call_id": "c2", "output": "rainy"},
+            ]
+        },
+        ChatPrompt(
+            (
+                ChatTurn("user", "weather?"),
+                ChatTurn(
+                    "function",
+                    json.dumps(
+                        [
+                            {"name": "weather", "arguments": '{"city": "Oslo"}'},
+                            {"name": "weather", "arguments": '{"city": "Rome"}'},
+                        ]
+                    ),
+                ),
+                ChatTurn("tool", "sunny\n\nrainy"),
+            )
+        ),
+    ),
+    (
         "a tool without description or parameters",
         {"tools": [{"type": "function", "name": "now"}]},
         ChatPrompt(
@@ -284,8 +311,8 @@ ERRORS = [
         Detail.TEXT_FORMAT_WITHOUT_SCHEMA,
     ),
     (
-        "chat's checks still run: two tool outputs in a row",
-        {"input": [user("a"), CALL, OUTPUT, OUTPUT]},
+        "chat's checks still run: a tool output, then a user message",
+        {"input": [user("a"), CALL, OUTPUT, user("b")]},
         Detail.ONLY_UAUAU,
     ),
     (
