@@ -608,9 +608,11 @@ def _chat_messages(req: ResponsesRequest) -> list[ChatMessage]:
             if item.role in ("system", "developer"):
                 if messages:
                     raise _bad(Detail.SYSTEM_NOT_FIRST.format(index=index, role=item.role))
-                system.append(_item_text(item.content, index, "content"))
+                system.append(_item_text(item.content, index, item.type, "content"))
             elif item.role in ("user", "assistant"):
-                _add_text(messages, Role(item.role), _item_text(item.content, index, "content"))
+                _add_text(
+                    messages, Role(item.role), _item_text(item.content, index, item.type, "content")
+                )
             else:
                 role = json.dumps(item.role, ensure_ascii=False)
                 raise _bad(Detail.ROLE_UNSUPPORTED.format(index=index, role=role))
@@ -628,7 +630,7 @@ def _chat_messages(req: ResponsesRequest) -> list[ChatMessage]:
                 messages.append(ChatMessage(role=Role.ASSISTANT, tool_calls=[call]))
         elif item.type == "function_call_output":
             _item_field(item.call_id, index, item.type, "call_id")
-            _add_text(messages, Role.TOOL, _item_text(item.output, index, "output"))
+            _add_text(messages, Role.TOOL, _item_text(item.output, index, item.type, "output"))
         else:
             raise _bad(Detail.ITEM_UNSUPPORTED.format(index=index, type=item.type))
     if system:
@@ -651,11 +653,11 @@ def _item_field(value: str | None, index: int, kind: str, name: str) -> str:
     return value
 
 
-def _item_text(content: str | list[InputContent] | None, index: int, name: str) -> str:
-    """A message's content or a function output as one text; 400 for absent content and for
-    parts other than text."""
+def _item_text(content: str | list[InputContent] | None, index: int, kind: str, name: str) -> str:
+    """A message's content or a function output (field `name` of a `kind` item) as one text;
+    400 when it is absent or has parts other than text."""
     if content is None:
-        raise _bad(Detail.ITEM_MISSING_FIELD.format(index=index, type="message", field=name))
+        raise _bad(Detail.ITEM_MISSING_FIELD.format(index=index, type=kind, field=name))
     if isinstance(content, str):
         return content
     texts = []

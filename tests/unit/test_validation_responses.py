@@ -284,6 +284,11 @@ ERRORS = [
         Detail.ITEM_MISSING_FIELD.format(index=1, type="function_call", field="call_id"),
     ),
     (
+        "an output without output",
+        {"input": [user("a"), CALL, {"type": "function_call_output", "call_id": "c1"}]},
+        Detail.ITEM_MISSING_FIELD.format(index=2, type="function_call_output", field="output"),
+    ),
+    (
         "an output without call_id",
         {"input": [user("a"), CALL, {"type": "function_call_output", "output": "x"}]},
         Detail.ITEM_MISSING_FIELD.format(index=2, type="function_call_output", field="call_id"),
