@@ -7,6 +7,7 @@ The HTTP handlers call, in the reference's order (reference-api.md section 2):
     parse_*_request       JSON value → wire model     422 (FastAPI's item shape)
     check_can_generate    / check_can_score           405 "Not allowed"
     prepare_chat          wire model → engine request 400/403 (reference strings, then our own)
+    prepare_responses     Responses model → chat request → prepare_chat  400 (ours, then chat's)
     prepare_completion    wire model → engine requests 400 (POST /v1/completions, ours only)
     prepare_score         wire model → ScoreRequest   400
     prepare_tokenize      wire model → Tokenization   400 (POST /tokenize, ours only)
@@ -62,15 +63,22 @@ from edgeserve.protocol import (
     CountTokensRequest,
     DetokenizeRequest,
     EmbeddingRequest,
+    Function,
     FunctionAvailable,
+    FunctionCall,
     FunctionDefinition,
+    InputContent,
+    InputItem,
     MessageParam,
     MessagesRequest,
     MultimodalInputItem,
     ResponseFormat,
+    ResponsesRequest,
+    ResponsesTool,
     Role,
     ScoreEvaluationRequest,
     TextBlock,
+    TextConfig,
     TokenizeRequest,
     ToolResultBlock,
     ToolUseBlock,
@@ -263,6 +271,36 @@ class Detail:
     REQUEST_TIMEOUT = (
         "The request ran longer than this server's limit of {seconds:g} seconds and was "
         "stopped; lower max_tokens, or retry when the server is less busy."
+    )
+    STATELESS = (
+        '"{field}" is not supported: this server is stateless and keeps no responses; '
+        'send the whole conversation in "input" and leave {field} out.'
+    )
+    ITEM_UNSUPPORTED = (
+        'input[{index}] has type "{type}", which this server does not support; send '
+        '"message", "function_call" or "function_call_output" items.'
+    )
+    PART_UNSUPPORTED = (
+        'input[{index}].content[{part}] has type "{type}", which this server does not '
+        'support; send "input_text" (or "output_text") parts.'
+    )
+    ROLE_UNSUPPORTED = (
+        'input[{index}] has role {role}; send "user", "assistant", "system" or "developer".'
+    )
+    SYSTEM_NOT_FIRST = (
+        "input[{index}] is a {role} message after the conversation started; put system and "
+        'developer messages first (or use "instructions").'
+    )
+    ITEM_MISSING_FIELD = 'input[{index}] ({type}) has no "{field}"; add it.'
+    TOOL_UNSUPPORTED = 'tools[{index}] has type "{type}"; this server only calls "function" tools.'
+    TOOL_WITHOUT_NAME = 'tools[{index}] has no "name"; give each function tool a name.'
+    RESPONSES_TOOL_CHOICE_INVALID = (
+        '"tool_choice" must be "none", "auto", "required" or '
+        '{{"type": "function", "name": "..."}}, got {value}.'
+    )
+    TEXT_FORMAT_WITHOUT_SCHEMA = (
+        '"text.format" has type "json_schema" but no "schema" object; put the JSON schema of '
+        'the answer there, or use {"type": "json_object"} for any JSON object.'
     )
     ENGINE_FAILED = "Internal Server Error"
     ENGINE_RESTARTED = (
@@ -459,6 +497,11 @@ def parse_chat_request(body: Any) -> ChatCompletionRequest:
     return _parse(ChatCompletionRequest, body)
 
 
+def parse_responses_request(body: Any) -> ResponsesRequest:
+    """Validate a decoded body against the Responses schema; 422, FastAPI-shaped."""
+    return _parse(ResponsesRequest, body)
+
+
 def parse_completion_request(body: Any) -> CompletionRequest:
     """Validate a decoded body against the legacy completion schema; 422, FastAPI-shaped."""
     return _parse(CompletionRequest, body)
@@ -588,6 +631,164 @@ async def prepare_chat(req: ChatCompletionRequest, limits: Limits) -> Generation
         grammar = await asyncio.to_thread(_grammar, req, forced, schema)
     prompt = ChatPrompt(messages=tuple(turns), system=system, tools=tools)
     return GenerationRequest(prompt=prompt, params=replace(params, grammar=grammar), n=req.n)
+
+
+@dataclass(frozen=True)
+class ResponsesWork:
+    """A Responses request as chat sees it (`chat`, which also says whether the answer is read
+    for tool calls) and the engine request built from it."""
+
+    chat: ChatCompletionRequest
+    generation: GenerationRequest
+
+
+async def prepare_responses(req: ResponsesRequest, limits: Limits) -> ResponsesWork:
+    """Responses' own checks, in field order (stateless fields, max_output_tokens, input items,
+    tools, tool_choice, text.format), then every chat check on the translated request."""
+    for name, value in (
+        ("previous_response_id", req.previous_response_id is not None),
+        ("store", req.store),
+        ("background", req.background),
+    ):
+        if value:
+            raise _bad(Detail.STATELESS.format(field=name))
+    _check_max_tokens("max_output_tokens", req.max_output_tokens, limits)
+    chat = ChatCompletionRequest(
+        model=req.model,
+        messages=_chat_messages(req),
+        tools=_chat_tools(req.tools),
+        tool_choice=_chat_tool_choice(req.tool_choice),
+        response_format=_chat_format(req.text),
+        temperature=req.temperature,
+        top_p=req.top_p,
+        max_tokens=req.max_output_tokens,
+        stream=req.stream,
+        user=req.user,
+    )
+    return ResponsesWork(chat=chat, generation=await prepare_chat(chat, limits))
+
+
+def _chat_messages(req: ResponsesRequest) -> list[ChatMessage]:
+    """`instructions`, then `input` as chat messages: leading system/developer messages join
+    the instructions in one system message, consecutive user (or assistant) messages join in
+    one, consecutive function_call items become one assistant message with tool_calls, and
+    consecutive function_call_output items one tool message (texts blank-line separated, in
+    input order: the outputs of parallel calls follow the calls' order)."""
+    system = [] if req.instructions is None else [req.instructions]
+    items = [InputItem(role="user", content=req.input)] if isinstance(req.input, str) else req.input
+    messages: list[ChatMessage] = []
+    for index, item in enumerate(items):
+        if item.type == "message":
+            if item.role in ("system", "developer"):
+                if messages:
+                    raise _bad(Detail.SYSTEM_NOT_FIRST.format(index=index, role=item.role))
+                system.append(_item_text(item.content, index, item.type, "content"))
+            elif item.role in ("user", "assistant"):
+                _add_text(
+                    messages, Role(item.role), _item_text(item.content, index, item.type, "content")
+                )
+            else:
+                role = json.dumps(item.role, ensure_ascii=False)
+                raise _bad(Detail.ROLE_UNSUPPORTED.format(index=index, role=role))
+        elif item.type == "function_call":
+            function = Function(
+                name=_item_field(item.name, index, item.type, "name"),
+                arguments=_item_field(item.arguments, index, item.type, "arguments"),
+            )
+            call = FunctionCall(
+                id=_item_field(item.call_id, index, item.type, "call_id"), function=function
+            )
+            if messages and messages[-1].role is Role.ASSISTANT:
+                messages[-1].tool_calls = [*(messages[-1].tool_calls or ()), call]
+            else:
+                messages.append(ChatMessage(role=Role.ASSISTANT, tool_calls=[call]))
+        elif item.type == "function_call_output":
+            _item_field(item.call_id, index, item.type, "call_id")
+            _add_text(messages, Role.TOOL, _item_text(item.output, index, item.type, "output"))
+        else:
+            raise _bad(Detail.ITEM_UNSUPPORTED.format(index=index, type=item.type))
+    if system:
+        messages.insert(0, ChatMessage(role=Role.SYSTEM, content="\n\n".join(system)))
+    return messages
+
+
+def _add_text(messages: list[ChatMessage], role: Role, text: str) -> None:
+    """A new turn, or `text` joined to the last turn when that has the same role and no calls."""
+    last = messages[-1] if messages else None
+    if last is not None and last.role is role and not last.tool_calls:
+        last.content = f"{last.content}\n\n{text}"
+    else:
+        messages.append(ChatMessage(role=role, content=text))
+
+
+def _item_field(value: str | None, index: int, kind: str, name: str) -> str:
+    if value is None:
+        raise _bad(Detail.ITEM_MISSING_FIELD.format(index=index, type=kind, field=name))
+    return value
+
+
+def _item_text(content: str | list[InputContent] | None, index: int, kind: str, name: str) -> str:
+    """A message's content or a function output (field `name` of a `kind` item) as one text;
+    400 when it is absent or has parts other than text."""
+    if content is None:
+        raise _bad(Detail.ITEM_MISSING_FIELD.format(index=index, type=kind, field=name))
+    if isinstance(content, str):
+        return content
+    texts = []
+    for number, part in enumerate(content):
+        if part.type not in ("input_text", "output_text", "text"):
+            raise _bad(Detail.PART_UNSUPPORTED.format(index=index, part=number, type=part.type))
+        if part.text is None:
+            where = f"input[{index}].{name}[{number}]"
+            raise _bad(Detail.TEXT_WITHOUT_TEXT.format(where=where))
+        texts.append(part.text)
+    return "".join(texts)
+
+
+def _chat_tools(tools: list[ResponsesTool] | None) -> list[FunctionAvailable] | None:
+    """Function tools in chat's nested shape; a tool without parameters takes none."""
+    if tools is None:
+        return None
+    result = []
+    for index, tool in enumerate(tools):
+        if tool.type != "function":
+            raise _bad(Detail.TOOL_UNSUPPORTED.format(index=index, type=tool.type))
+        if not tool.name:
+            raise _bad(Detail.TOOL_WITHOUT_NAME.format(index=index))
+        fields: dict[str, Any] = {"name": tool.name, "parameters": tool.parameters}
+        if tool.parameters is None:
+            fields["parameters"] = {"type": "object", "properties": {}}
+        if tool.description is not None:
+            fields["description"] = tool.description
+        result.append(FunctionAvailable(function=FunctionDefinition(**fields)))
+    return result
+
+
+def _chat_tool_choice(choice: Any) -> Any:
+    """Responses' `{"type": "function", "name": ...}` in chat's nested shape; the strings as
+    they are."""
+    if choice is None or choice in ("none", "auto", "required"):
+        return choice
+    if (
+        isinstance(choice, dict)
+        and choice.get("type") == "function"
+        and isinstance(choice.get("name"), str)
+    ):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    value = json.dumps(choice, ensure_ascii=False)
+    raise _bad(Detail.RESPONSES_TOOL_CHOICE_INVALID.format(value=value))
+
+
+def _chat_format(text: TextConfig | None) -> ResponseFormat | None:
+    """`text.format` as chat's `response_format` (None for plain text)."""
+    if text is None or text.format.type == "text":
+        return None
+    if text.format.type == "json_object":
+        return ResponseFormat(type="json_object")
+    if text.format.json_schema is None:
+        raise _bad(Detail.TEXT_FORMAT_WITHOUT_SCHEMA)
+    schema = {"name": text.format.name, "schema": text.format.json_schema}
+    return ResponseFormat(type="json_schema", json_schema=schema)
 
 
 def tool_calls_wanted(req: ChatCompletionRequest) -> bool:
@@ -830,8 +1031,7 @@ def _sampling(
         raise _bad(Detail.NOT_POSITIVE.format(name="n", value=req.n))
     if req.n > limits.max_n:
         raise _bad(Detail.OVER_LIMIT.format(name="n", value=req.n, limit=limits.max_n))
-    if max_tokens is not None:
-        _check_max_tokens(token_field, max_tokens, limits)
+    _check_max_tokens(token_field, max_tokens, limits)
     _check_range("temperature", req.temperature, low=0.0)
     _check_range("top_p", req.top_p, low=0.0, high=1.0)
     _check_range("presence_penalty", req.presence_penalty, low=-2.0, high=2.0)
@@ -863,11 +1063,11 @@ def _sampling(
     )
 
 
-def _check_max_tokens(name: str, value: int, limits: Limits) -> None:
-    """400 for a token budget below 1 or over the server's cap."""
-    if value < 1:
+def _check_max_tokens(name: str, value: int | None, limits: Limits) -> None:
+    """400 unless the token budget in the field `name` is unset or 1 to the server's cap."""
+    if value is not None and value < 1:
         raise _bad(Detail.NOT_POSITIVE.format(name=name, value=value))
-    if limits.max_tokens is not None and value > limits.max_tokens:
+    if value is not None and limits.max_tokens is not None and value > limits.max_tokens:
         raise _bad(Detail.OVER_LIMIT.format(name=name, value=value, limit=limits.max_tokens))
 
 

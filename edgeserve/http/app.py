@@ -17,6 +17,7 @@ from edgeserve.http.handlers.health import health
 from edgeserve.http.handlers.messages import count_tokens, create_message
 from edgeserve.http.handlers.metrics import prometheus_metrics
 from edgeserve.http.handlers.models import list_models
+from edgeserve.http.handlers.responses_api import create_response
 from edgeserve.http.handlers.score import score_evaluation
 from edgeserve.http.handlers.tokenize import detokenize, tokenize, tokenizer_info
 from edgeserve.http.keys import ANTHROPIC_PATHS, ENGINE, KNOWN_PATHS, LIMITS, METRICS, SETTINGS
@@ -27,6 +28,7 @@ ROUTES = (
     ("GET", "/v1/models", list_models),
     ("POST", "/v1/chat/completions", chat_completions),
     ("POST", "/v1/completions", completions),
+    ("POST", "/v1/responses", create_response),
     ("POST", "/v1/score/evaluation", score_evaluation),
     ("POST", "/v1/embeddings", embeddings),
     ("POST", "/tokenize", tokenize),

@@ -135,3 +135,21 @@ async def test_log_prompts_shows_the_prompt_at_debug_level(start):
         assert json.loads(entry["prompt"]) == [BODY["messages"][0]]
     # --log-level stays info for everything else.
     assert all(e["level"] != "debug" for e in entries if e["logger"] != "edgeserve.prompts")
+
+
+async def test_log_prompts_shows_a_responses_prompt(start):
+    server = start("--log-format", "json", "--log-prompts")
+    body = {"model": "m", "instructions": "Be brief.", "input": SECRET, "max_output_tokens": 2}
+    async with aiohttp.ClientSession() as session:
+        await server.wait_ready(session)
+        url = f"{server.url}/v1/responses"
+        async with session.post(url, json=body, headers={"X-Request-Id": "trace-r"}) as resp:
+            assert resp.status == 200
+    code, err = server.stop()
+    assert code == 0, err
+    [entry] = [e for e in json_lines(err) if e["logger"] == "edgeserve.prompts"]
+    assert entry["request_id"] == "trace-r"
+    assert json.loads(entry["prompt"]) == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": SECRET},
+    ]

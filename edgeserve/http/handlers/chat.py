@@ -21,6 +21,7 @@ from edgeserve.http.handlers.common import (
     engine_errors,
     log_prompt,
     off_loop,
+    stream_failure,
 )
 from edgeserve.http.keys import ENGINE, LIMITS, RECORD, SETTINGS
 from edgeserve.http.sse import EventStream
@@ -150,20 +151,16 @@ async def _stream(
                         if not await stream.send(chunk):
                             return stream.response
         except EngineError as exc:
-            err = validation.engine_error(exc)
-            request[RECORD].error_status = err.status
-            await stream.send(responses.stream_error_event(err.status, err.detail))
+            await stream.send(stream_failure(request, exc))
             await stream.send(responses.sse_event("[DONE]"))
             return stream.response
-        except TimeoutError:
+        except TimeoutError as exc:
             if not limit.expired():
                 raise
-            err = validation.request_timeout(request.app[SETTINGS].request_timeout_s)
             request[RECORD].generated(
                 info.prompt_tokens, completion, cached or info.cached_tokens, started, first
             )
-            request[RECORD].error_status = err.status
-            await stream.send(responses.stream_error_event(err.status, err.detail))
+            await stream.send(stream_failure(request, exc))
             await stream.send(responses.sse_event("[DONE]"))
             return stream.response
         if include_usage:

@@ -1,4 +1,5 @@
-"""Steps every API handler shares: read, decode, authenticate, keep heavy parsing off the loop."""
+"""Steps every API handler shares: read, decode, authenticate, keep heavy parsing off the loop,
+log the prompt, end a started stream on a failure."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from edgeserve import validation
+from edgeserve import responses, validation
 from edgeserve.engine.types import ChatPrompt, GenerationRequest
 from edgeserve.errors import EngineError
 from edgeserve.http.keys import RECORD, SETTINGS
@@ -69,6 +70,17 @@ async def engine_errors(limit: asyncio.Timeout, timeout_s: float) -> AsyncIterat
         if not limit.expired():
             raise
         raise validation.request_timeout(timeout_s) from None
+
+
+def stream_failure(request: web.Request, exc: EngineError | TimeoutError) -> bytes:
+    """The event that ends a started stream on an engine error or past the request's deadline
+    (--request-timeout-s); its status is recorded as the request's error."""
+    if isinstance(exc, EngineError):
+        err = validation.engine_error(exc)
+    else:
+        err = validation.request_timeout(request.app[SETTINGS].request_timeout_s)
+    request[RECORD].error_status = err.status
+    return responses.stream_error_event(err.status, err.detail)
 
 
 def log_prompt(request: web.Request, work: GenerationRequest) -> None:
