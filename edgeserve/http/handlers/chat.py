@@ -17,13 +17,12 @@ from edgeserve.engine.types import (
 )
 from edgeserve.errors import EngineError
 from edgeserve.http.handlers.common import (
-    authenticated_body,
+    checked_request,
     engine_errors,
     log_prompt,
-    off_loop,
     stream_failure,
 )
-from edgeserve.http.keys import ENGINE, LIMITS, RECORD, SETTINGS
+from edgeserve.http.keys import ENGINE, RECORD, SETTINGS
 from edgeserve.http.sse import EventStream
 from edgeserve.logprobs import AlignedLogprob, LogprobAligner
 from edgeserve.protocol import ChatCompletionRequest, Finish
@@ -33,12 +32,10 @@ from edgeserve.tool_stream import Content, ToolCallStream
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     """Validate everything first, wait for admission, then answer as JSON or as a stream."""
-    body, large = await authenticated_body(request)
-    req = await off_loop(large, validation.parse_chat_request, body)
+    req, work = await checked_request(
+        request, validation.parse_chat_request, validation.prepare_chat
+    )
     engine = request.app[ENGINE]
-    validation.check_can_generate(engine.can_generate)
-    checks = validation.prepare_chat(req, request.app[LIMITS])
-    work = await (off_loop(large, asyncio.run, checks) if large else checks)
     settings = request.app[SETTINGS]
     if settings.log_prompts:
         log_prompt(request, work)

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -15,10 +15,12 @@ from aiohttp import web
 from edgeserve import responses, validation
 from edgeserve.engine.types import ChatPrompt, GenerationRequest
 from edgeserve.errors import EngineError
-from edgeserve.http.keys import RECORD, SETTINGS
+from edgeserve.http.keys import ENGINE, LIMITS, RECORD, SETTINGS
 from edgeserve.log import PROMPTS
 
 T = TypeVar("T")
+R = TypeVar("R")
+W = TypeVar("W")
 
 prompt_log = logging.getLogger(PROMPTS)
 
@@ -94,3 +96,18 @@ def log_prompt(request: web.Request, work: GenerationRequest) -> None:
     else:
         text = prompt
     prompt_log.debug("prompt", extra={"request_id": request[RECORD].request_id, "prompt": text})
+
+
+async def checked_request(
+    request: web.Request,
+    parse: Callable[[Any], R],
+    prepare: Callable[[R, validation.Limits], Awaitable[W]],
+) -> tuple[R, W]:
+    """A generation request authenticated, parsed and checked by `parse` and `prepare` (every
+    4xx before a byte is sent); bodies over 256 KiB are handled off the event loop."""
+    body, large = await authenticated_body(request)
+    req = await off_loop(large, parse, body)
+    validation.check_can_generate(request.app[ENGINE].can_generate)
+    checks = prepare(req, request.app[LIMITS])
+    work = await (off_loop(large, asyncio.run, checks) if large else checks)
+    return req, work

@@ -15,11 +15,12 @@ from edgeserve.engine.types import Finished, PromptInfo, TextDelta
 from edgeserve.errors import ApiError, EngineError
 from edgeserve.http.handlers.common import (
     authenticated_body,
+    checked_request,
     engine_errors,
     log_prompt,
     off_loop,
 )
-from edgeserve.http.keys import ENGINE, LIMITS, RECORD, SETTINGS
+from edgeserve.http.keys import ENGINE, RECORD, SETTINGS
 from edgeserve.http.sse import EventStream
 from edgeserve.protocol import MessagesRequest
 from edgeserve.tool_calls import parse_tool_calls
@@ -28,12 +29,10 @@ from edgeserve.tool_stream import Content, ToolCallStream
 
 async def create_message(request: web.Request) -> web.StreamResponse:
     """Validate everything first, wait for admission, then answer as JSON or as a stream."""
-    body, large = await authenticated_body(request)
-    req = await off_loop(large, validation.parse_messages_request, body)
+    req, work = await checked_request(
+        request, validation.parse_messages_request, validation.prepare_messages
+    )
     engine = request.app[ENGINE]
-    validation.check_can_generate(engine.can_generate)
-    checks = validation.prepare_messages(req, request.app[LIMITS])
-    work = await (off_loop(large, asyncio.run, checks) if large else checks)
     calls_wanted = validation.messages_calls_wanted(req)
     settings = request.app[SETTINGS]
     if settings.log_prompts:

@@ -16,13 +16,12 @@ from edgeserve.engine.client import Generation
 from edgeserve.engine.types import Finished, PromptInfo, TextDelta
 from edgeserve.errors import EngineError
 from edgeserve.http.handlers.common import (
-    authenticated_body,
+    checked_request,
     engine_errors,
     log_prompt,
-    off_loop,
     stream_failure,
 )
-from edgeserve.http.keys import ENGINE, LIMITS, RECORD, SETTINGS
+from edgeserve.http.keys import ENGINE, RECORD, SETTINGS
 from edgeserve.http.sse import EventStream
 from edgeserve.protocol import ResponsesRequest
 from edgeserve.tool_calls import parse_tool_calls
@@ -31,12 +30,10 @@ from edgeserve.tool_stream import Content, ToolCallStream
 
 async def create_response(request: web.Request) -> web.StreamResponse:
     """Validate everything first, wait for admission, then answer as JSON or as a stream."""
-    body, large = await authenticated_body(request)
-    req = await off_loop(large, validation.parse_responses_request, body)
+    req, work = await checked_request(
+        request, validation.parse_responses_request, validation.prepare_responses
+    )
     engine = request.app[ENGINE]
-    validation.check_can_generate(engine.can_generate)
-    checks = validation.prepare_responses(req, request.app[LIMITS])
-    work = await (off_loop(large, asyncio.run, checks) if large else checks)
     settings = request.app[SETTINGS]
     if settings.log_prompts:
         log_prompt(request, work.generation)
