@@ -163,6 +163,11 @@ class Metrics:
             "llamacpp:requests_processing", "Number of requests processing", stats.busy_slots
         )
         yield _gauge(
+            "edgeserve_scoring_requests_processing",
+            "Score and embeddings requests being decoded",
+            stats.scoring_jobs,
+        )
+        yield _gauge(
             "llamacpp:requests_deferred", "Number of requests deferred", stats.queue_length
         )
         yield _gauge("llamacpp:kv_cache_tokens", "KV cache cells in use", stats.kv_cells_used)

@@ -21,7 +21,7 @@ import numpy as np
 
 from edgeserve.engine.batch import TokenBatch
 from edgeserve.engine.chat_template import ChatTemplate, resolve_template
-from edgeserve.engine.jobs import SamplerHandle
+from edgeserve.engine.jobs import EmbedSpan, SamplerHandle
 from edgeserve.engine.model import LoadedModel
 from edgeserve.engine.sampling import Sampler, grammar_sampler
 from edgeserve.engine.types import ChatPrompt, EngineConfig, SamplingParams, TokenizerInfo
@@ -83,9 +83,15 @@ class Embedder(Protocol):
         """Token ids for `text` in this model's vocabulary (any thread)."""
         ...
 
-    def embed(self, texts: Sequence[Sequence[int]]) -> list[np.ndarray]:
-        """Each text's pooled embedding, L2-normalised (float32, `n_embd` long), from one
-        decode of them all in a separate embeddings context (engine thread)."""
+    @property
+    def whole_texts(self) -> bool:
+        """True when a text to embed must be decoded whole, False when it may be split."""
+        ...
+
+    def embed(self, spans: Sequence[EmbedSpan]) -> list[np.ndarray | None]:
+        """Decode the spans side by side in a separate embeddings context (engine thread):
+        the L2-normalised vector (float32, `n_embd` long) of each text a span ends, None for
+        a span that does not end its text."""
         ...
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -228,32 +228,68 @@ def _described(text: TextState, piece: Callable[[int], bytes]) -> tuple[TokenLog
 
 # Texts one embeddings decode may hold (each pooled over a sequence of its own).
 EMBED_MAX_SEQS = 64
+# Tokens per embeddings decode, alone in the engine (a longer text is split across decodes
+# when the model allows it, else decoded alone).
+EMBED_CHUNK = 64
+
+
+@dataclass(frozen=True)
+class EmbedSpan:
+    """Tokens `start:start + len(tokens)` of one text, decoded as sequence `seq`; `last` when
+    they end the text."""
+
+    seq: int
+    tokens: Sequence[int]
+    start: int
+    last: bool
 
 
 @dataclass(eq=False)
 class EmbedJob:
     """An embeddings request: its texts (tokenized before submission), the vectors of the
-    first `len(vectors)` of them, and its state."""
+    first `len(vectors)` of them, how many tokens of the next one are decoded (`fed`), and its
+    state. With `whole_texts` a text is never split across decodes."""
 
     rid: int
     request: EmbedRequest
     texts: list[list[int]]
     sink: Sink
+    whole_texts: bool = True
     state: JobState = JobState.QUEUED
     vectors: list[np.ndarray] = field(default_factory=list)
+    fed: int = 0
 
-    def next_texts(self, budget: int) -> list[list[int]]:
-        """The texts of the next decode: the next one (whatever its size), and those after it
-        while their tokens stay within `budget` and their count within EMBED_MAX_SEQS."""
-        start = len(self.vectors)
-        taken = self.texts[start : start + 1]
-        used = len(taken[0]) if taken else 0
-        for tokens in self.texts[start + 1 : start + EMBED_MAX_SEQS]:
-            if used + len(tokens) > budget:
-                break
-            taken.append(tokens)
-            used += len(tokens)
-        return taken
+    def next_spans(self, budget: int) -> list[EmbedSpan]:
+        """The spans of the next decode, in text order, within `budget` tokens and
+        EMBED_MAX_SEQS texts: the rest of the current text, then the texts after it. A text
+        that does not fit is cut at the budget or, with `whole_texts`, taken whole when it
+        comes first and else left for the next decode."""
+        spans: list[EmbedSpan] = []
+        index, start = len(self.vectors), self.fed
+        while index < len(self.texts) and len(spans) < EMBED_MAX_SEQS and budget > 0:
+            tokens = self.texts[index]
+            take = len(tokens) - start
+            if take > budget:
+                if self.whole_texts and spans:
+                    break
+                if not self.whole_texts:
+                    take = budget
+            end = start + take
+            spans.append(
+                EmbedSpan(index % EMBED_MAX_SEQS, tokens[start:end], start, end == len(tokens))
+            )
+            budget -= take
+            index, start = index + 1, 0
+        return spans
+
+    def record(self, spans: Sequence[EmbedSpan], vectors: Sequence[np.ndarray | None]) -> None:
+        """Take in a decode's outcome: the vectors of the texts it ended, in order."""
+        for span, vector in zip(spans, vectors, strict=True):
+            if vector is None:
+                self.fed = span.start + len(span.tokens)
+            else:
+                self.vectors.append(vector)
+                self.fed = 0
 
     @property
     def done(self) -> bool:

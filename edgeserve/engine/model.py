@@ -11,8 +11,12 @@ from typing import Any
 import llama_cpp as lc
 import numpy as np
 
-from edgeserve.engine.batch import TokenBatch
-from edgeserve.engine.jobs import EMBED_MAX_SEQS
+from edgeserve.engine.embeddings import (
+    HiddenStateEmbeddings,
+    HiddenStateReader,
+    PooledEmbeddings,
+)
+from edgeserve.engine.jobs import EMBED_CHUNK, EMBED_MAX_SEQS, EmbedSpan
 from edgeserve.engine.types import EngineConfig
 
 log = logging.getLogger("edgeserve.engine")
@@ -72,7 +76,7 @@ class LoadedModel:
     (rank pooling) gets only the scoring context, with embeddings on; its scores are the head's
     `n_cls_out` outputs. With `embedding_only` (the dedicated --embedding-model) the model gets
     only the embeddings context, pooled as its metadata says (mean pooling when it says
-    nothing); else embeddings are the mean of the last hidden states.
+    nothing); else embeddings are the mean of the last hidden states (see embeddings.py).
 
     Owned by the engine thread; only `metadata`, `n_ctx` and friends are safe to read elsewhere.
     """
@@ -110,8 +114,8 @@ class LoadedModel:
         self.n_embd = lc.llama_model_n_embd(model)
         self.embed_pooling = lc.LLAMA_POOLING_TYPE_MEAN
         self._score_ctx: tuple[Any, Any] | None = None
-        self._embed_ctx: tuple[Any, Any] | None = None
-        self._embed_batch: TokenBatch | None = None
+        self._embeddings: PooledEmbeddings | HiddenStateEmbeddings | None = None
+        self.embedding_only = embedding_only
         self.ctx: Any = None
         self.memory: Any = None
         self._stack.callback(self._free_contexts)
@@ -176,9 +180,6 @@ class LoadedModel:
 
     def _free_contexts(self) -> None:
         self.release_score_context()
-        if self._embed_batch is not None:
-            self._embed_batch.free()
-            self._embed_batch = None
         if self.ctx is not None:
             lc.llama_free(self.ctx)
             self.ctx = None
@@ -287,52 +288,67 @@ class LoadedModel:
         micro-batch, and the position table ends at n_ctx_train."""
         return min(self.config.n_ctx, self.n_ctx_train)
 
-    def embed_context(self) -> tuple[Any, Any]:
-        """(context, memory) for embeddings: mean pooling over the last hidden states, up to
-        EMBED_MAX_SEQS texts of `embed_size` tokens in all per decode, made on first use and
-        kept until `release_score_context`."""
-        if self._embed_ctx is None:
-            size = self.embed_size
+    @property
+    def whole_texts(self) -> bool:
+        """True when an embedded text must be decoded whole (llama.cpp pools it), False when
+        it may be split across decodes (the chat model's hidden states)."""
+        return self.embedding_only
+
+    def embeddings(self) -> PooledEmbeddings | HiddenStateEmbeddings:
+        """The embeddings context (see embeddings.py), made on first use and kept until
+        `release_score_context`: up to EMBED_MAX_SEQS texts per decode."""
+        if self._embeddings is not None:
+            return self._embeddings
+        size = self.embed_size
+        if self.embedding_only:
             cparams = self._context_params(
                 n_seq=EMBED_MAX_SEQS, n_batch=size, n_ubatch=size, n_outputs=size, n_ctx=size
             )
             cparams.embeddings = True
             cparams.pooling_type = self.embed_pooling
-            ctx = lc.llama_init_from_model(self.model, cparams)
-            if not ctx:
-                raise RuntimeError("llama.cpp could not create the embeddings context")
-            self._embed_ctx = (ctx, lc.llama_get_memory(ctx))
-        return self._embed_ctx
+            self._embeddings = PooledEmbeddings(
+                self._embeddings_context(cparams), size, self.n_embd
+            )
+            return self._embeddings
+        # Room for one text cut across decodes and the next chunk; f16 and plain attention
+        # as in llama.cpp's own embeddings (llama-cpp-python's defaults), whatever the
+        # generation context uses.
+        cparams = self._context_params(
+            n_seq=EMBED_MAX_SEQS,
+            n_batch=EMBED_CHUNK,
+            n_outputs=EMBED_CHUNK,
+            n_ctx=size + EMBED_CHUNK,
+        )
+        cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        cparams.type_k = cparams.type_v = lc.GGML_TYPE_F16
+        reader = HiddenStateReader(self.n_embd)
+        cparams.cb_eval = reader.callback
+        ctx = self._embeddings_context(cparams)
+        self._embeddings = HiddenStateEmbeddings(ctx, reader, EMBED_CHUNK)
+        return self._embeddings
 
-    def embed(self, texts: Sequence[Sequence[int]]) -> list[np.ndarray]:
-        """Each text's pooled embedding, L2-normalised (float32), from one decode of them all
-        side by side (one sequence each) in the embeddings context."""
-        ctx, memory = self.embed_context()
-        lc.llama_memory_clear(memory, True)
-        if self._embed_batch is None:
-            self._embed_batch = TokenBatch(self.embed_size)
-        batch = self._embed_batch
-        batch.clear()
-        for seq, tokens in enumerate(texts):
-            batch.add_span(tokens, 0, seq, range(len(tokens)))
-        rc = batch.decode(ctx)
-        if rc != 0:
+    def _embeddings_context(self, cparams: Any) -> Any:
+        ctx = lc.llama_init_from_model(self.model, cparams)
+        if not ctx:
+            raise RuntimeError("llama.cpp could not create the embeddings context")
+        return ctx
+
+    def embed(self, spans: Sequence[EmbedSpan]) -> list[np.ndarray | None]:
+        """Decode the spans side by side in the embeddings context: the L2-normalised vector
+        (float32) of each text a span ends, None for a span that does not end its text. The
+        context is freed when a decode fails."""
+        try:
+            return self.embeddings().embed(spans)
+        except RuntimeError:
             self.release_score_context()
-            raise RuntimeError(f"llama_decode (embeddings) failed with status {rc}")
-        vectors = []
-        for seq in range(len(texts)):
-            pooled = lc.llama_get_embeddings_seq(ctx, seq)
-            vector = np.ctypeslib.as_array(pooled, shape=(self.n_embd,)).astype(np.float64)
-            norm = np.linalg.norm(vector)
-            vectors.append((vector / norm if norm > 0 else vector).astype(np.float32))
-        return vectors
+            raise
 
     @property
     def holds_score_context(self) -> bool:
         """True while a separate scoring or embeddings context is allocated (a classifier's
         one context is its scoring context, and does not count)."""
         scoring = self._score_ctx is not None and not self.is_classifier
-        return scoring or self._embed_ctx is not None
+        return scoring or self._embeddings is not None
 
     def release_score_context(self) -> None:
         """Free the separate scoring and embeddings contexts (their KV caches and output
@@ -343,9 +359,9 @@ class LoadedModel:
         if self._score_ctx is not None and not self.is_classifier:
             lc.llama_free(self._score_ctx[0])
             self._score_ctx = None
-        if self._embed_ctx is not None:
-            lc.llama_free(self._embed_ctx[0])
-            self._embed_ctx = None
+        if self._embeddings is not None:
+            self._embeddings.close()
+            self._embeddings = None
         _trim_heap()
 
     def close(self) -> None:

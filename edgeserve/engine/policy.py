@@ -16,8 +16,9 @@ own, see `_plan_generation`): up to the batch's room while nothing generates, el
 so a newcomer's prefill delays running streams by ~0.1 s per step instead of a whole prompt.
 Score requests alternate with generation steps: one chunk of one text per turn, decoded alone
 in a separate scoring context (scores must not depend on what else runs), shorter while
-streams wait on it. Embeddings requests take the same turns: one decode of whole texts (up to
-EMBED_CHUNK tokens, fewer while streams wait) in a separate embeddings context.
+streams wait on it. Embeddings requests take the same turns: one decode of up to EMBED_CHUNK
+tokens of their texts (fewer while streams wait; a long text is split across decodes unless
+its model pools whole texts) in a separate embeddings context.
 
 When the KV cache is full anyway, a free sequence's prompt cache goes first, then the
 generating choice that holds the most cells ends with `length`; a prefilling job is never cut
@@ -31,7 +32,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from edgeserve.engine.backend import Batch, KvCache
-from edgeserve.engine.jobs import AnyJob, Choice, EmbedJob, Job, JobState, ScoreJob
+from edgeserve.engine.jobs import (
+    EMBED_CHUNK,
+    AnyJob,
+    Choice,
+    EmbedJob,
+    EmbedSpan,
+    Job,
+    JobState,
+    ScoreJob,
+)
 from edgeserve.engine.scoring import TextState
 from edgeserve.engine.slots import SlotPool
 
@@ -41,19 +51,17 @@ SCORE_CHUNK = 64
 # While chat streams run, score chunks alternate with their steps: a shorter chunk keeps their
 # next token from waiting on 64 logit rows (~2.5 ms each on a 262k vocabulary).
 SCORE_CHUNK_BESIDE_STREAMS = 16
-# Tokens per embeddings decode (a longer text is decoded alone, since mean pooling reads a
-# whole text at once). llama.cpp computes a logit row for every pooled token as well (~0.3
-# GFLOP each on a 262k vocabulary), so beside streams a decode holds as few as a score chunk.
-EMBED_CHUNK = 256
+# Tokens per embeddings decode while chat streams run, so that their next token waits on no
+# more than a score chunk does.
 EMBED_CHUNK_BESIDE_STREAMS = SCORE_CHUNK_BESIDE_STREAMS
 
 
 @dataclass
 class EmbedPlan:
-    """An embeddings step: these whole texts of `job`, side by side."""
+    """An embeddings step: these spans of `job`'s texts, side by side."""
 
     job: EmbedJob
-    texts: list[list[int]]
+    spans: list[EmbedSpan]
 
 
 class InvariantError(AssertionError):
@@ -284,7 +292,7 @@ class Scheduler:
             job = self.scoring[0]
             if isinstance(job, EmbedJob):
                 budget = EMBED_CHUNK_BESIDE_STREAMS if self.active else EMBED_CHUNK
-                return EmbedPlan(job, job.next_texts(budget))
+                return EmbedPlan(job, job.next_spans(budget))
             return self._plan_score(job)
         self._score_turn = True
         if not any(job.steppable for job in self.active):

@@ -220,6 +220,7 @@ class EngineStats:
     queue_length: int
     gpu_offload: bool
     n_gpu_layers: int
+    scoring_jobs: int = 0
     kv_cells_used: int = 0
     draining: bool = False
     prefix_cache_hits: int = 0

@@ -94,6 +94,7 @@ class _Counters:
     """What the engine thread publishes after each step for `stats()` (read lock-free)."""
 
     busy_slots: int = 0
+    scoring_jobs: int = 0
     kv_cells_used: int = 0
     prefix_cache_cells: int = 0
     prefix_cache_hits: int = 0
@@ -196,6 +197,7 @@ class Engine:
             n_ctx=backend.n_ctx if backend else self.config.n_ctx,
             parallel=self.config.parallel,
             busy_slots=counters.busy_slots,
+            scoring_jobs=counters.scoring_jobs,
             queue_length=queued,
             gpu_offload=backend.gpu_offload if backend else False,
             n_gpu_layers=backend.n_gpu_layers if backend else 0,
@@ -299,7 +301,8 @@ class Engine:
     def submit_embed(self, request: EmbedRequest, texts: list[list[int]], sink: Sink) -> EmbedJob:
         """Queue a tokenized embeddings request; its EmbedResult (or an EngineError) goes to
         `sink`."""
-        job = EmbedJob(rid=0, request=request, texts=texts, sink=sink)
+        whole_texts = self._ready_backend().embedder.whole_texts
+        job = EmbedJob(rid=0, request=request, texts=texts, sink=sink, whole_texts=whole_texts)
         self._enqueue(job)
         return job
 
@@ -658,7 +661,7 @@ class Engine:
         job = plan.job
         self.steps += 1
         try:
-            job.vectors += backend.embedder.embed(plan.texts)
+            job.record(plan.spans, backend.embedder.embed(plan.spans))
         except Exception as exc:
             self._fail(job, exc)
             return
@@ -721,6 +724,7 @@ class Engine:
             return
         self._counters = _Counters(
             busy_slots=scheduler.n_seq - len(scheduler.slots),
+            scoring_jobs=len(scheduler.scoring),
             kv_cells_used=kv_cells,
             prefix_cache_cells=scheduler.slots.cached_cells,
             prefix_cache_hits=scheduler.prefix_hits,

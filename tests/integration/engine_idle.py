@@ -21,13 +21,14 @@ def thread_cpu_ticks(native_id: int) -> int:
 
 
 async def assert_engine_idle(engine, timeout: float = 10.0) -> None:
-    """Wait (up to `timeout`) until the engine has no busy slot and no queued request, then
-    assert it stays idle for QUIET_S and its KV cache holds only the prefix cache."""
+    """Wait (up to `timeout`) until the engine has no busy slot, no score or embeddings job
+    and no queued request, then assert it stays idle for QUIET_S and its KV cache holds only
+    the prefix cache."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
         stats = engine.stats()
-        if stats.busy_slots == 0 and stats.queue_length == 0:
+        if stats.busy_slots == 0 and stats.scoring_jobs == 0 and stats.queue_length == 0:
             break
         assert loop.time() < deadline, f"the engine is still busy: {stats}"
         await asyncio.sleep(0.02)

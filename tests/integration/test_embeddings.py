@@ -11,7 +11,9 @@ import pytest
 from llama_cpp import Llama
 
 from edgeserve.engine import worker
+from edgeserve.engine.jobs import EMBED_CHUNK
 from tests.integration.conftest import EOS_BAN
+from tests.integration.engine_idle import assert_engine_idle
 
 TEXTS = [
     "Hello world",
@@ -23,6 +25,8 @@ TEXTS = [
     "",
 ]
 MAX_COSINE_DISTANCE = 1e-4
+# Over three embeddings decodes (EMBED_CHUNK tokens each) alone, a dozen beside streams.
+LONG_TEXT = "The river runs past the old mill and under three stone bridges to the sea. " * 12
 
 
 def unit(vector: list[float] | np.ndarray) -> np.ndarray:
@@ -75,6 +79,32 @@ async def test_vectors_equal_llama_cpp_embeddings(client, llm, reference):
     assert body["usage"] == {"prompt_tokens": n_tokens, "total_tokens": n_tokens}
 
 
+async def test_a_long_text_decoded_in_chunks_equals_llama_cpps_embedding(client, llm, reference):
+    assert len(llm.tokenize(LONG_TEXT.encode())) > 3 * EMBED_CHUNK
+    expected = unit(llm.embed(LONG_TEXT, normalize=False))
+    body = await embed(client, [TEXTS[0], LONG_TEXT, TEXTS[1]])
+    vectors = [item["embedding"] for item in body["data"]]
+    assert cosine_distance(vectors[0], reference[0]) < MAX_COSINE_DISTANCE
+    assert cosine_distance(vectors[1], expected) < MAX_COSINE_DISTANCE
+    assert cosine_distance(vectors[2], reference[1]) < MAX_COSINE_DISTANCE
+
+
+async def test_disconnect_mid_text_leaves_the_engine_idle_and_the_next_vectors_exact(
+    client, engine, llm
+):
+    # One text of ~1,500 tokens takes ~24 decodes; the client leaves after two, while the
+    # text's sequence (0) holds a part of it, which the next text on sequence 0 must not see.
+    steps = engine.steps
+    doomed = asyncio.create_task(embed(client, LONG_TEXT * 8))
+    while engine.steps < steps + 2:
+        await asyncio.sleep(0.005)
+    doomed.cancel()
+    await assert_engine_idle(engine)
+    body = await embed(client, LONG_TEXT)
+    expected = unit(llm.embed(LONG_TEXT, normalize=False))
+    assert cosine_distance(body["data"][0]["embedding"], expected) < MAX_COSINE_DISTANCE
+
+
 async def test_a_batch_gives_the_vectors_of_one_at_a_time(client):
     batch = [item["embedding"] for item in (await embed(client, TEXTS))["data"]]
     for text, vector in zip(TEXTS, batch, strict=True):
@@ -113,8 +143,9 @@ async def test_vectors_do_not_depend_on_running_chat_streams(client):
     async def stream() -> bytes:
         return await (await client.post("/v1/chat/completions", json=chat)).read()
 
-    alone = await embed(client, TEXTS[:4])
-    results = await asyncio.gather(stream(), embed(client, TEXTS[:4]), stream())
+    texts = [LONG_TEXT, *TEXTS[:4]]
+    alone = await embed(client, texts)
+    results = await asyncio.gather(stream(), embed(client, texts), stream())
     assert results[0].endswith(b"data: [DONE]\n\n") and results[2].endswith(b"data: [DONE]\n\n")
     for a, b in zip(alone["data"], results[1]["data"], strict=True):
         assert cosine_distance(a["embedding"], b["embedding"]) < MAX_COSINE_DISTANCE

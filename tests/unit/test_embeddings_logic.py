@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from edgeserve import errors, validation
@@ -55,21 +56,56 @@ def test_engine_errors_name_the_input():
     assert busy.status == 503
 
 
-def job(*lengths: int) -> EmbedJob:
-    texts = [[1] * n for n in lengths]
-    return EmbedJob(rid=1, request=EmbedRequest(()), texts=texts, sink=None)  # type: ignore[arg-type]
+def job(*lengths: int, whole_texts: bool = True) -> EmbedJob:
+    texts = [list(range(n)) for n in lengths]
+    request = EmbedRequest(())
+    return EmbedJob(rid=1, request=request, texts=texts, sink=None, whole_texts=whole_texts)  # type: ignore[arg-type]
+
+
+def spans(j: EmbedJob, budget: int) -> list[tuple[int, int, int, bool]]:
+    """(seq, start, length, last) of each span of the next decode."""
+    return [(s.seq, s.start, len(s.tokens), s.last) for s in j.next_spans(budget)]
+
+
+def decode(j: EmbedJob, budget: int) -> list[tuple[int, int, int, bool]]:
+    """Plan the next decode and record it as done (a vector for each span that ends a text)."""
+    planned = j.next_spans(budget)
+    j.record(planned, [np.zeros(2) if s.last else None for s in planned])
+    return [(s.seq, s.start, len(s.tokens), s.last) for s in planned]
 
 
 def test_a_decode_packs_whole_texts_within_the_budget():
     j = job(3, 4, 5, 1)
-    assert j.next_texts(8) == [[1] * 3, [1] * 4]
-    j.vectors += [None, None]  # type: ignore[list-item]
-    assert j.next_texts(8) == [[1] * 5, [1]]
+    assert decode(j, 8) == [(0, 0, 3, True), (1, 0, 4, True)]
+    assert decode(j, 8) == [(2, 0, 5, True), (3, 0, 1, True)]
+    assert j.done
 
 
-def test_a_text_over_the_budget_is_decoded_alone():
-    assert job(20, 1).next_texts(8) == [[1] * 20]
+def test_a_whole_text_over_the_budget_is_decoded_alone():
+    assert spans(job(20, 1), 8) == [(0, 0, 20, True)]
+    assert spans(job(1, 20), 8) == [(0, 0, 1, True)]
 
 
-def test_a_decode_holds_at_most_embed_max_seqs_texts():
-    assert len(job(*[1] * (EMBED_MAX_SEQS + 5)).next_texts(10_000)) == EMBED_MAX_SEQS
+def test_a_splittable_text_is_cut_at_the_budget_and_continued_on_its_sequence():
+    j = job(3, 20, 2, whole_texts=False)
+    assert decode(j, 8) == [(0, 0, 3, True), (1, 0, 5, False)]
+    assert j.fed == 5 and len(j.vectors) == 1
+    assert decode(j, 8) == [(1, 5, 8, False)]
+    assert decode(j, 8) == [(1, 13, 7, True), (2, 0, 1, False)]
+    assert decode(j, 8) == [(2, 1, 1, True)]
+    assert j.done and j.fed == 0
+
+
+def test_spans_carry_the_texts_own_tokens():
+    j = job(10, whole_texts=False)
+    first = j.next_spans(4)
+    j.record(first, [None])
+    rest = j.next_spans(100)
+    assert list(first[0].tokens) + list(rest[0].tokens) == list(range(10))
+
+
+def test_a_decode_holds_at_most_embed_max_seqs_texts_on_distinct_sequences():
+    j = job(*[1] * (EMBED_MAX_SEQS + 5))
+    planned = j.next_spans(10_000)
+    assert len(planned) == EMBED_MAX_SEQS
+    assert len({s.seq for s in planned}) == EMBED_MAX_SEQS

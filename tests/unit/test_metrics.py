@@ -16,6 +16,7 @@ STATS = EngineStats(
     parallel=4,
     busy_slots=3,
     queue_length=2,
+    scoring_jobs=1,
     gpu_offload=False,
     n_gpu_layers=0,
     kv_cells_used=250,
@@ -53,6 +54,7 @@ def test_engine_figures_are_read_at_scrape_time():
     metrics = Metrics(lambda: current[0])
     assert value(metrics, "llamacpp:requests_processing") == 3
     assert value(metrics, "llamacpp:requests_deferred") == 2
+    assert value(metrics, "edgeserve_scoring_requests_processing") == 1
     assert value(metrics, "llamacpp:kv_cache_tokens") == 250
     assert value(metrics, "llamacpp:kv_cache_usage_ratio") == 0.25
     assert value(metrics, "llamacpp:prompt_tokens_cached_total") == 120
