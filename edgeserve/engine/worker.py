@@ -75,7 +75,7 @@ from edgeserve.errors import (
 
 log = logging.getLogger("edgeserve.engine")
 
-# The scoring and embeddings contexts are freed after this long without a request for them.
+# The scoring and embeddings contexts are freed after this long without a decode in them.
 SCORE_CONTEXT_IDLE_S = 30.0
 # The requests of a burst reach an idle engine a few ms apart; it waits this long after the
 # first so that their prompts share the first step instead of queueing behind one prefill.
@@ -620,9 +620,10 @@ class Engine:
         except Exception as exc:
             self._fail(job, exc)
             return
+        finally:
+            self._score_idle_since = time.monotonic()
         if job.current_text() is None:
             scheduler.finish_score(job)
-            self._score_idle_since = time.monotonic()
             self._emit(job, job.result(backend.piece))
 
     def _score_chunk(self, plan: ScorePlan) -> None:
@@ -665,9 +666,10 @@ class Engine:
         except Exception as exc:
             self._fail(job, exc)
             return
+        finally:
+            self._score_idle_since = time.monotonic()
         if job.done:
             scheduler.finish_score(job)
-            self._score_idle_since = time.monotonic()
             self._emit(job, job.result())
 
     # ---- failures ---------------------------------------------------------------------------

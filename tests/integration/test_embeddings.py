@@ -90,10 +90,12 @@ async def test_a_long_text_decoded_in_chunks_equals_llama_cpps_embedding(client,
 
 
 async def test_disconnect_mid_text_leaves_the_engine_idle_and_the_next_vectors_exact(
-    client, engine, llm
+    client, engine, llm, monkeypatch
 ):
     # One text of ~1,500 tokens takes ~24 decodes; the client leaves after two, while the
-    # text's sequence (0) holds a part of it, which the next text on sequence 0 must not see.
+    # text's sequence (0) holds a part of it, which the next text on sequence 0 must not see
+    # (the embeddings context is kept meanwhile, not freed as idle).
+    monkeypatch.setattr(worker, "SCORE_CONTEXT_IDLE_S", 3600.0)
     steps = engine.steps
     doomed = asyncio.create_task(embed(client, LONG_TEXT * 8))
     while engine.steps < steps + 2:
