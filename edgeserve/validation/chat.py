@@ -24,19 +24,11 @@ from edgeserve.protocol import (
     ResponseFormat,
     Role,
 )
-from edgeserve.validation.common import (
-    Limits,
-    bad,
-    check_unicode,
-)
+from edgeserve.validation.common import Limits, bad, check_unicode
 from edgeserve.validation.detail import Detail
 from edgeserve.validation.media import flatten
 from edgeserve.validation.request import parse_body
-from edgeserve.validation.sampling import (
-    MAX_TOP_LOGPROBS,
-    check_range,
-    sampling_params,
-)
+from edgeserve.validation.sampling import MAX_TOP_LOGPROBS, check_range, sampling_params
 
 
 def parse_chat_request(body: Any) -> ChatCompletionRequest:

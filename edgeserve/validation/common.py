@@ -9,9 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from edgeserve import errors
-from edgeserve.engine.types import (
-    TokenPrompt,
-)
+from edgeserve.engine.types import TokenPrompt
 from edgeserve.validation.detail import Detail
 
 
@@ -83,6 +81,7 @@ class Limits:
 
 
 def bad(detail: str) -> errors.ApiError:
+    """A 400 with `detail`."""
     return errors.ApiError(400, detail)
 
 

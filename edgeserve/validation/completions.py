@@ -8,28 +8,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from edgeserve import errors
-from edgeserve.engine.types import (
-    GenerationRequest,
-    ScoreRequest,
-    TokenPrompt,
-)
-from edgeserve.protocol import (
-    CompletionRequest,
-)
-from edgeserve.validation.common import (
-    Limits,
-    bad,
-    check_unicode,
-    prompt_list,
-)
+from edgeserve.engine.types import GenerationRequest, ScoreRequest, TokenPrompt
+from edgeserve.protocol import CompletionRequest
+from edgeserve.validation.common import Limits, bad, check_unicode, prompt_list
 from edgeserve.validation.detail import Detail
 from edgeserve.validation.engine_errors import engine_error, token_engine_error
 from edgeserve.validation.request import parse_body
-from edgeserve.validation.sampling import (
-    MAX_TOP_LOGPROBS,
-    check_range,
-    sampling_params,
-)
+from edgeserve.validation.sampling import MAX_TOP_LOGPROBS, check_range, sampling_params
 
 
 def parse_completion_request(body: Any) -> CompletionRequest:

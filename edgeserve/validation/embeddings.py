@@ -7,19 +7,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from edgeserve import errors
-from edgeserve.engine.types import (
-    EmbedRequest,
-    TokenPrompt,
-)
-from edgeserve.protocol import (
-    EmbeddingRequest,
-)
-from edgeserve.validation.common import (
-    Limits,
-    bad,
-    check_unicode,
-    prompt_list,
-)
+from edgeserve.engine.types import EmbedRequest, TokenPrompt
+from edgeserve.protocol import EmbeddingRequest
+from edgeserve.validation.common import Limits, bad, check_unicode, prompt_list
 from edgeserve.validation.detail import Detail
 from edgeserve.validation.engine_errors import engine_error, token_engine_error
 from edgeserve.validation.request import parse_body

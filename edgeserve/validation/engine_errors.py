@@ -4,9 +4,7 @@ a request that ran past --request-timeout-s."""
 from __future__ import annotations
 
 from edgeserve import errors
-from edgeserve.validation.common import (
-    bad,
-)
+from edgeserve.validation.common import bad
 from edgeserve.validation.detail import Detail
 
 

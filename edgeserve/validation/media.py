@@ -14,13 +14,8 @@ from typing import Final
 from urllib.parse import urlparse
 
 from edgeserve import errors
-from edgeserve.protocol import (
-    MultimodalInputItem,
-)
-from edgeserve.validation.common import (
-    Limits,
-    bad,
-)
+from edgeserve.protocol import MultimodalInputItem
+from edgeserve.validation.common import Limits, bad
 from edgeserve.validation.detail import Detail
 
 _DATA_URI: Final = {
@@ -28,14 +23,14 @@ _DATA_URI: Final = {
     "video_url": re.compile(r"^data:video\/(mp4|mkv|avi|mov);base64,(.+)$"),
     "audio_url": re.compile(r"^data:audio\/(mpeg|mp3|wav|ogg);base64,(.+)$"),
 }
-
-
 _MEDIA_NAME: Final = {"image_url": "image", "video_url": "video", "audio_url": "audio"}
 
 
 async def flatten(
     items: list[MultimodalInputItem], index: int, limits: Limits, late: list[str]
 ) -> str:
+    """Content items as one text (media items as placeholders), each checked; errors the
+    reference reports later go to `late`."""
     parts = []
     for number, item in enumerate(items):
         where = f"messages[{index}].content[{number}]"

@@ -25,19 +25,10 @@ from edgeserve.protocol import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from edgeserve.validation.common import (
-    Limits,
-    bad,
-    check_unicode,
-)
+from edgeserve.validation.common import Limits, bad, check_unicode
 from edgeserve.validation.detail import Detail
 from edgeserve.validation.request import parse_body
-from edgeserve.validation.sampling import (
-    INT32_MAX,
-    check_max_tokens,
-    check_range,
-    stop_strings,
-)
+from edgeserve.validation.sampling import INT32_MAX, check_max_tokens, check_range, stop_strings
 
 
 def parse_messages_request(body: Any) -> MessagesRequest:

@@ -14,9 +14,7 @@ from typing import Any, Final, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from edgeserve import errors
-from edgeserve.validation.common import (
-    bad,
-)
+from edgeserve.validation.common import bad
 from edgeserve.validation.detail import Detail
 
 
@@ -32,17 +30,13 @@ class _EmptyBody:
 EMPTY_BODY: Final = _EmptyBody()
 """What decode_json_body returns for an empty body; parse_* turn it into 422 `missing`."""
 
-
 _MISSING_BODY_ITEM: Final = {
     "type": "missing",
     "loc": ["body"],
     "msg": "Field required",
     "input": None,
 }
-
-
 _MAX_ECHO_DEPTH: Final = 100
-
 
 _Model = TypeVar("_Model", bound=BaseModel)
 
@@ -124,6 +118,8 @@ def _bearer_credentials(authorization: str | None) -> str | None:
 
 
 def parse_body(model: type[_Model], body: Any) -> _Model:
+    """`body` validated against `model`; 422 with every error, FastAPI-shaped (EMPTY_BODY: one
+    `missing` item)."""
     if body is EMPTY_BODY:
         raise errors.ApiError(422, [dict(_MISSING_BODY_ITEM)])
     try:

@@ -7,9 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from edgeserve.engine.types import (
-    GenerationRequest,
-)
+from edgeserve.engine.types import GenerationRequest
 from edgeserve.protocol import (
     ChatCompletionRequest,
     ChatMessage,
@@ -26,15 +24,10 @@ from edgeserve.protocol import (
     TextConfig,
 )
 from edgeserve.validation.chat import prepare_chat
-from edgeserve.validation.common import (
-    Limits,
-    bad,
-)
+from edgeserve.validation.common import Limits, bad
 from edgeserve.validation.detail import Detail
 from edgeserve.validation.request import parse_body
-from edgeserve.validation.sampling import (
-    check_max_tokens,
-)
+from edgeserve.validation.sampling import check_max_tokens
 
 
 def parse_responses_request(body: Any) -> ResponsesRequest:

@@ -8,28 +8,14 @@ import math
 import re
 from typing import Final
 
-from edgeserve.engine.types import (
-    SamplingParams,
-)
-from edgeserve.protocol import (
-    ChatCompletionRequest,
-    CompletionRequest,
-)
-from edgeserve.validation.common import (
-    Limits,
-    bad,
-)
+from edgeserve.engine.types import SamplingParams
+from edgeserve.protocol import ChatCompletionRequest, CompletionRequest
+from edgeserve.validation.common import Limits, bad
 from edgeserve.validation.detail import Detail
 
 _TOKEN_ID: Final = re.compile(r"[0-9]{1,9}")
-
-
 _LOGIT_BIAS_BOUND: Final = 100.0
-
-
 INT32_MAX: Final = 2**31 - 1
-
-
 MAX_TOP_LOGPROBS: Final = 20
 """The most alternatives per token: chat's top_logprobs (OpenAI's limit) and the legacy
 completions' logprobs (OpenAI allows 5 there)."""
@@ -41,8 +27,9 @@ def sampling_params(
     token_field: str,
     max_tokens: int | None,
 ) -> SamplingParams:
-    """The checks and mapping chat and completions share (see _chat_params); `max_tokens`
-    is the value of the field named `token_field` (None: only the context limits it)."""
+    """The checks and mapping chat and completions share (see chat._chat_params);
+    `max_tokens` is the value of the field named `token_field` (None: only the context limits
+    it)."""
     if req.n < 1:
         raise bad(Detail.NOT_POSITIVE.format(name="n", value=req.n))
     if req.n > limits.max_n:
@@ -95,6 +82,8 @@ def check_range(
     high: float | None = None,
     low_open: bool = False,
 ) -> None:
+    """400 unless `value` is unset, or finite and from `low` (excluded when `low_open`) to
+    `high`."""
     if value is None:
         return
     if isinstance(value, float) and not math.isfinite(value):

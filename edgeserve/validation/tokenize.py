@@ -4,17 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgeserve.engine.types import (
-    Tokenization,
-)
-from edgeserve.protocol import (
-    DetokenizeRequest,
-    TokenizeRequest,
-)
-from edgeserve.validation.common import (
-    bad,
-    check_unicode,
-)
+from edgeserve.engine.types import Tokenization
+from edgeserve.protocol import DetokenizeRequest, TokenizeRequest
+from edgeserve.validation.common import bad, check_unicode
 from edgeserve.validation.detail import Detail
 from edgeserve.validation.request import parse_body
 
