@@ -23,9 +23,10 @@ endpoint answers any of them with. Reference details
 are byte-exact; edgeserve's own messages (for inputs that crash the reference with a 500, for
 limits and for a text-only model) say what to change. All strings live in `Detail`.
 
-The checks live in one module per API, named as in edgeserve.protocol (chat, completions,
-responses_api, score, embeddings, tokenize, messages), on top of request (body, API key, schema,
-405), sampling, media, engine_errors, common (Limits, the 400 factory) and detail (`Detail`).
+One module per API, named as in edgeserve.protocol (chat, completions, responses_api, score,
+embeddings, tokenize, messages), over what they share: request (the steps before an endpoint's
+own checks, and 404/405/413), sampling, media (chat's media items), engine_errors, common
+(Limits, the 400 factory) and detail (`Detail`). Their public names are re-exported here.
 """
 
 from edgeserve.validation.chat import (
