@@ -1,7 +1,7 @@
 """OpenAI Responses API wire types (POST /v1/responses), the stateless subset edgeserve serves.
 
-Request models are loose (unknown fields ignored, item `type`s checked by validation.py, which
-names what is not supported); response models follow the `openai` SDK's `Response` type.
+Request models are loose (unknown fields ignored, item `type`s checked by edgeserve.validation,
+which names what is not supported); response models follow the `openai` SDK's `Response` type.
 """
 
 from __future__ import annotations

@@ -182,7 +182,7 @@ LOCAL_FILE_CASES = [
     pytest.param("y", True, "symlink-out", "image_url", 400, E8, id="E8-symlink-out"),
     pytest.param("1", True, "dotdot", "video_url", 400, E8, id="E8-dotdot"),
     pytest.param("1", False, "inside", "image_url", 400, E8, id="E8-no-safe-folder"),
-    # edgeserve's hardening (validation._check_local_file): the reference's startswith test
+    # edgeserve's hardening (validation.media._check_local_file): the reference's startswith test
     # admits a sibling folder that shares the prefix; edgeserve compares path components.
     pytest.param("1", True, "sibling", "image_url", 400, E8, id="E8-prefix-sibling-hardened"),
     pytest.param(

@@ -20,7 +20,7 @@ FORBIDDEN = {
         "edgeserve.cli",
     ),
     "protocol": ("aiohttp", "llama_cpp", "edgeserve.http", "edgeserve.engine.worker"),
-    "validation.py": ("aiohttp", "llama_cpp", "edgeserve.http"),
+    "validation": ("aiohttp", "llama_cpp", "edgeserve.http"),
     "responses.py": ("aiohttp", "llama_cpp", "edgeserve.http"),
     "messages.py": ("aiohttp", "llama_cpp", "edgeserve.http", "edgeserve.validation"),
     "errors.py": ("aiohttp", "llama_cpp", "pydantic", "edgeserve."),
