@@ -114,8 +114,9 @@ def event(payload: dict[str, Any]) -> bytes:
 
 class MessageStream:
     """The events of one streamed answer, from the pieces `ToolCallStream` releases (or plain
-    text): message_start, then per content block content_block_start, its deltas (text_delta
-    or input_json_delta) and content_block_stop, then message_delta and message_stop."""
+    text): message_start and a ping, then per content block content_block_start, its deltas
+    (text_delta or input_json_delta) and content_block_stop, then message_delta and
+    message_stop."""
 
     def __init__(self, id: str, model: str, prompt_tokens: int) -> None:
         self._id = id
@@ -124,8 +125,8 @@ class MessageStream:
         self._index = -1
         self._open: str | None = None  # the open block's type
 
-    def start(self) -> bytes:
-        """message_start: the message with no content yet."""
+    def start(self) -> list[bytes]:
+        """message_start (the message with no content yet) and a ping, as Anthropic starts."""
         message = Message(
             id=self._id,
             model=self._model,
@@ -133,7 +134,8 @@ class MessageStream:
             stop_reason=None,
             usage=MessagesUsage(input_tokens=self._prompt_tokens, output_tokens=0),
         )
-        return event({"type": "message_start", "message": message.model_dump(mode="json")})
+        start = event({"type": "message_start", "message": message.model_dump(mode="json")})
+        return [start, event({"type": "ping"})]
 
     def pieces(self, pieces: Sequence[Piece]) -> list[bytes]:
         """The events for these pieces of the answer."""

@@ -35,8 +35,8 @@ async def test_stream_event_sequence(client):
     assert resp.headers["Content-Type"].startswith("text/event-stream")
     events = parse_events(await resp.read())
     names = [name for name, _ in events]
-    assert names[:2] == ["message_start", "content_block_start"]
-    assert set(names[2:-3]) == {"content_block_delta"}
+    assert names[:3] == ["message_start", "ping", "content_block_start"]
+    assert set(names[3:-3]) == {"content_block_delta"}
     assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
     assert all(payload["type"] == name for name, payload in events)
     message = events[0][1]["message"]
@@ -125,7 +125,7 @@ async def test_a_stream_past_the_timeout_ends_with_an_error_event(make_client, e
 
 async def test_disconnect_mid_stream_leaves_the_engine_idle(client, engine):
     resp = await client.post(MESSAGES, json=long_answer(stream=True))
-    for _ in range(4):  # message_start, the call's block start, two pieces of its input
+    for _ in range(5):  # message_start, ping, the call's block start, two pieces of its input
         await resp.content.readuntil(b"\n\n")
     assert engine.stats().busy_slots == 1, "the call is still being generated"
     resp.close()

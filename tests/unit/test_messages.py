@@ -292,8 +292,8 @@ def events(data: list[bytes]) -> list[tuple[str, dict[str, Any]]]:
 
 def test_stream_events_for_text_then_a_call_then_text():
     stream = messages.MessageStream("msg_1", "m", 7)
-    [(kind, start)] = events([stream.start()])
-    assert kind == "message_start"
+    [(kind, start), ping] = events(stream.start())
+    assert kind == "message_start" and ping == ("ping", {"type": "ping"})
     assert start["message"]["content"] == [] and start["message"]["stop_reason"] is None
     assert start["message"]["usage"]["input_tokens"] == 7
     pieces = [

@@ -104,7 +104,7 @@ async def _stream(
     first: float | None = None
     stream = EventStream(request, request.app[SETTINGS].ping_interval_s)
     async with stream:
-        if not await stream.send(writer.start()):
+        if not await stream.send(b"".join(writer.start())):
             return stream.response
         limit = asyncio.timeout_at(deadline)
         try:
