@@ -275,6 +275,12 @@ class Settings:
         shown="from the GGUF, else by architecture",
     )
     flash_attn: bool = _setting(False, _boolean, "flash attention", "BOOL", kind="switch")
+    draft_max: int = _setting(
+        8,
+        _integer(0),
+        "most tokens a sequence drafts per step by n-gram speculation, verified exactly (0: off)",
+        "N",
+    )
     no_mmap: bool = _setting(
         False, _boolean, "read the model into memory, no mmap", "BOOL", kind="switch"
     )
@@ -377,6 +383,7 @@ class Settings:
             max_queue=self.max_queue,
             chat_template=self.chat_template,
             flash_attn=self.flash_attn,
+            draft_max=self.draft_max,
             use_mmap=not self.no_mmap,
             use_mlock=self.mlock,
             max_score_tokens=self.max_score_tokens,

@@ -162,6 +162,16 @@ class Metrics:
         yield _gauge(
             "llamacpp:requests_processing", "Number of requests processing", stats.busy_slots
         )
+        yield _counter(
+            "edgeserve_draft_tokens",
+            "Tokens drafted by n-gram speculation and verified",
+            stats.draft_tokens,
+        )
+        yield _counter(
+            "edgeserve_draft_accepted_tokens",
+            "Drafted tokens that were the answer's",
+            stats.draft_accepted_tokens,
+        )
         yield _gauge(
             "edgeserve_scoring_requests_processing",
             "Score and embeddings requests being decoded",

@@ -17,6 +17,7 @@ from edgeserve.engine.embeddings import (
     PooledEmbeddings,
 )
 from edgeserve.engine.jobs import EMBED_CHUNK, EMBED_MAX_SEQS, EmbedSpan
+from edgeserve.engine.speculation import STEP_ROWS
 from edgeserve.engine.types import EngineConfig
 
 log = logging.getLogger("edgeserve.engine")
@@ -161,9 +162,10 @@ class LoadedModel:
             cparams.embeddings = True
             cparams.pooling_type = lc.LLAMA_POOLING_TYPE_RANK
         else:
-            # A generation step needs at most one logit row per sequence.
+            # A generation step needs one logit row per sequence, and one per drafted token.
+            drafts = STEP_ROWS if config.draft_max > 0 else 0
             cparams = self._context_params(
-                n_seq=config.parallel, n_batch=config.n_batch, n_outputs=config.parallel
+                n_seq=config.parallel, n_batch=config.n_batch, n_outputs=config.parallel + drafts
             )
         ctx = lc.llama_init_from_model(self.model, cparams)
         if not ctx:

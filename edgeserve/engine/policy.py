@@ -44,6 +44,7 @@ from edgeserve.engine.jobs import (
 )
 from edgeserve.engine.scoring import TextState
 from edgeserve.engine.slots import SlotPool
+from edgeserve.engine.speculation import Drafter, draft_room
 
 # Tokens (and logit rows) per score decode: a multiple of the CPU kernels' row blocks, so a
 # chunked text gives the same rows as a lone decode.
@@ -70,9 +71,10 @@ class InvariantError(AssertionError):
 
 @dataclass
 class GenerationPlan:
-    """A generation step: which batch rows to sample for which choice, which prompts advance."""
+    """A generation step: which batch rows to sample for which choice (the first row, then one
+    per drafted token after it), which prompts advance."""
 
-    rows: list[tuple[int, Job, Choice]] = field(default_factory=list)
+    rows: list[tuple[int, Job, Choice, tuple[int, ...]]] = field(default_factory=list)
     # (job, prompt tokens taken, batch row of the prompt's last token when this chunk ends it)
     prefills: list[tuple[Job, int, int | None]] = field(default_factory=list)
 
@@ -94,11 +96,14 @@ OpenChoices = Callable[[Job, list[int]], list[Choice]]
 class Scheduler:
     """Owns the live collections, the slot pool and the KV reservations."""
 
-    def __init__(self, kv: KvCache, *, n_ctx: int, n_seq: int, prefill_chunk: int) -> None:
+    def __init__(
+        self, kv: KvCache, *, n_ctx: int, n_seq: int, prefill_chunk: int, draft_max: int = 0
+    ) -> None:
         self.kv = kv
         self.n_ctx = n_ctx
         self.n_seq = n_seq
         self.prefill_chunk = max(1, prefill_chunk)
+        self.draft_max = draft_max
         self.slots = SlotPool(n_seq)
         self.waiting: deque[AnyJob] = deque()
         self.active: list[Job] = []
@@ -223,6 +228,7 @@ class Scheduler:
     def _release(self, job: Job, choice: Choice) -> None:
         choice.done = True
         choice.sampler.free()
+        self.kv.seq_rm(choice.seq_id, choice.n_past, -1)  # cells of an unverified draft
         self.slots.give_back(choice.seq_id, choice.held_tokens(job.tokens))
 
     def _retire(self, job: Job) -> None:
@@ -313,15 +319,20 @@ class Scheduler:
         plan = GenerationPlan()
         generating = 0
         prefilling: list[Job] = []
+        stepping: list[tuple[Job, Choice]] = []
         for job in self.active:
             if job.state is JobState.PREFILLING:
                 prefilling.append(job)
                 continue
             generating += 1
-            for choice in job.choices:
-                if not choice.done and choice.pending is None:
-                    row = batch.add(choice.last_token, choice.n_past, choice.seq_id, True)
-                    plan.rows.append((row, job, choice))
+            stepping += [(job, c) for c in job.choices if not c.done and c.pending is None]
+        room = draft_room(len(stepping), self.draft_max)
+        for job, choice in stepping:
+            row = batch.add(choice.last_token, choice.n_past, choice.seq_id, True)
+            draft = self._draft(job, choice, room, batch.room - len(stepping) + len(plan.rows))
+            if draft:
+                batch.add_span(draft, choice.n_past + 1, choice.seq_id, range(len(draft)))
+            plan.rows.append((row, job, choice, tuple(draft)))
         budget = batch.room
         if generating:
             budget = min(budget, self.prefill_chunk * max(1, -(-len(prefilling) // generating)))
@@ -347,11 +358,27 @@ class Scheduler:
             plan.prefills.append((job, take, start + take - 1 if last else None))
         return plan
 
-    def commit(self, plan: GenerationPlan) -> list[tuple[int, Job, Choice]]:
-        """The plan's decode succeeded: advance every sequence, copy finished prompts to their
-        sibling sequences, and return the (row, job, choice) to sample, in batch order."""
+    def _draft(self, job: Job, choice: Choice, room: int, batch_room: int) -> list[int]:
+        """The tokens `choice` drafts this step (see speculation.py): none for a grammar's
+        detached sampler, and never past the answer's token limit or the context."""
+        if self.draft_max <= 0 or choice.sampler.detached:
+            return []
+        if choice.drafter is None:
+            choice.drafter = Drafter(job.tokens)
+        limit = min(
+            room,
+            batch_room,
+            job.prompt.max_new - choice.n_gen - 1,
+            self.n_ctx - choice.n_past - 2,
+        )
+        return choice.drafter.draft(choice.generated, limit)
+
+    def commit(self, plan: GenerationPlan) -> list[tuple[int, Job, Choice, tuple[int, ...]]]:
+        """The plan's decode succeeded: advance every sequence by its next token, copy
+        finished prompts to their sibling sequences, and return the (row, job, choice,
+        draft) to sample, in batch order. A draft's cells count once verified (`keep`)."""
         to_sample = list(plan.rows)
-        for _, _, choice in plan.rows:
+        for _, _, choice, _ in plan.rows:
             choice.n_past += 1
         for job, take, row in plan.prefills:
             job.prefilled += take
@@ -362,8 +389,14 @@ class Scheduler:
                 self.kv.seq_cp(job.lead.seq_id, choice.seq_id)
                 choice.n_past = job.lead.n_past
             job.state = JobState.GENERATING
-            to_sample.extend((row, job, choice) for choice in job.choices)
+            to_sample.extend((row, job, choice, ()) for choice in job.choices)
         return to_sample
+
+    def keep(self, choice: Choice, drafted: int, accepted: int) -> None:
+        """A verified draft of a live choice: the cells of its rejected tokens are removed."""
+        self.kv.seq_rm(choice.seq_id, choice.n_past, -1)
+        if choice.drafter is not None:
+            choice.drafter.record(drafted, accepted)
 
     # ---- checks -----------------------------------------------------------------------------
 

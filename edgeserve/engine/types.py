@@ -26,6 +26,7 @@ class EngineConfig:
     max_queue: int = 64
     chat_template: str | None = None
     flash_attn: bool = False
+    draft_max: int = 8
     use_mmap: bool = True
     use_mlock: bool = False
     max_score_tokens: int = 65536
@@ -228,3 +229,5 @@ class EngineStats:
     prefix_cache_cells: int = 0
     engine_steps: int = 0
     engine_restarts: int = 0
+    draft_tokens: int = 0
+    draft_accepted_tokens: int = 0

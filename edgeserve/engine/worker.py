@@ -128,6 +128,8 @@ class Engine:
         self._counters = _Counters()
         self.steps = 0  # decodes run (generation and scoring)
         self.restarts = 0  # contexts made anew after a broken decode or a failed invariant
+        self.drafted = 0  # tokens drafted by speculation, verified so far
+        self.draft_accepted = 0  # drafted tokens that were the answer's
         self._step_started: float | None = None
         self._prepare = ThreadPoolExecutor(PREPARE_THREADS, thread_name_prefix="edgeserve-prep")
         self._grammar = ThreadPoolExecutor(GRAMMAR_THREADS, thread_name_prefix="edgeserve-grammar")
@@ -208,6 +210,8 @@ class Engine:
             prefix_cache_cells=counters.prefix_cache_cells,
             engine_steps=self.steps,
             engine_restarts=self.restarts,
+            draft_tokens=self.drafted,
+            draft_accepted_tokens=self.draft_accepted,
         )
 
     # ---- preparation (prepare threads) ------------------------------------------------------
@@ -346,6 +350,7 @@ class Engine:
             n_ctx=backend.n_ctx,
             n_seq=backend.n_seq,
             prefill_chunk=self.config.prefill_chunk,
+            draft_max=self.config.draft_max,
         )
         self._softmax = LogSoftmax(backend.n_vocab)
         self.backend = backend
@@ -471,13 +476,39 @@ class Engine:
         if rc != 0:
             self._restart(f"llama_decode returned {rc}")
             return
-        for row, job, choice in scheduler.commit(plan):
+        for row, job, choice, draft in scheduler.commit(plan):
             if job.state.ended or choice.done:
                 continue
             try:
-                self._sample(job, choice, row)
+                if draft:
+                    self._verify(job, choice, row, draft)
+                else:
+                    self._sample(job, choice, row)
             except Exception as exc:
                 self._fail(job, exc)
+
+    def _verify(self, job: Job, choice: Choice, row: int, draft: tuple[int, ...]) -> None:
+        """Sample row `row` and the draft's rows after it in order, keeping each drafted token
+        only while it is the token sampled before it (speculation.py): the answer is the one
+        of sampling one row per step. Cells of rejected drafts go."""
+        backend = self.backend
+        scheduler = self.scheduler
+        assert backend is not None and scheduler is not None
+        wanted = job.request.params.logprobs is not None
+        accepted = 0
+        for offset in range(len(draft) + 1):
+            if offset:
+                choice.n_past += 1  # the drafted token before this row is the answer's
+            token = choice.sampler.sample(row + offset)
+            logits = backend.logit_row(row + offset) if wanted else None
+            self._on_token(job, choice, token, logits)
+            if choice.done or offset == len(draft) or token != draft[offset]:
+                break
+            accepted += 1
+        self.drafted += len(draft)
+        self.draft_accepted += accepted
+        if not choice.done:
+            scheduler.keep(choice, len(draft), accepted)
 
     def _sample(self, job: Job, choice: Choice, row: int) -> None:
         """Sample output row `row` for `choice`: here, or (a grammar) on a grammar thread from

@@ -1,0 +1,188 @@
+"""Speculative decoding on FakeBackend (scripted and batch-invariant, see fake_backend.py):
+answers are token for token those of one token per step whatever is drafted, and the KV cache
+keeps only verified cells. An oracle stands in for the n-gram lookup where a test needs drafts
+accepted: the scripted model's own greedy continuation for `right` tokens, then a wrong one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from edgeserve.engine import speculation
+from edgeserve.engine.speculation import Drafter, NgramIndex, draft_room
+from edgeserve.engine.types import GrammarSpec, TokenLogprob
+from tests.unit.fake_backend import EOS, FIRST_LETTER, history_logits
+from tests.unit.test_engine_fake_backend import Harness, answers, finishes
+
+REPEATING = "abcd efgh abcd efgh abcd efgh abcd"
+
+
+def oracle(right: int):
+    """A `continuation` that drafts the fake model's greedy tokens, `right` of them, then a
+    token the model would not pick."""
+
+    def continuation(self: NgramIndex, k: int) -> list[int]:
+        history = list(self.tokens)
+        out: list[int] = []
+        for i in range(k):
+            row = history_logits(history)
+            row[EOS] = -np.inf
+            best = int(np.argmax(row))
+            if i == right:
+                out.append(FIRST_LETTER + (best - FIRST_LETTER + 1) % 26)
+                break
+            out.append(best)
+            history.append(best)
+        return out
+
+    return continuation
+
+
+def per_choice(events: list) -> dict[int, list]:
+    """Each choice's events in order (choices interleave differently when drafts are kept)."""
+    out: dict[int, list] = {}
+    for event in events:
+        out.setdefault(event.index, []).append(event)
+    return out
+
+
+def run(prompt: str, draft_max: int, n: int = 1, **params) -> tuple[list, Harness]:
+    """The events of one request on a fresh engine, run until idle, checked clean."""
+    h = Harness(draft_max=draft_max)
+    _, events = h.submit(prompt, n=n, **params)
+    h.run_until_idle()
+    h.assert_clean()
+    return events, h
+
+
+CASES = [
+    pytest.param({"max_tokens": 40}, id="greedy"),
+    pytest.param({"max_tokens": 40, "temperature": 1.0, "seed": 7}, id="sampled"),
+    pytest.param({"max_tokens": 30, "temperature": 0.8, "seed": 3, "n": 3}, id="n3"),
+    pytest.param({"max_tokens": 40, "stop": ["q", "zz"]}, id="stop-strings"),
+    pytest.param({"max_tokens": 25, "logprobs": 3}, id="logprobs"),
+    pytest.param({"max_tokens": 40, "logit_bias": {}}, id="eos-allowed"),
+    pytest.param({"max_tokens": 3}, id="short"),
+]
+
+
+@pytest.fixture(params=[0, 1, 3, 64], ids=lambda r: f"right{r}")
+def oracle_drafts(request, monkeypatch) -> Iterator[int]:
+    monkeypatch.setattr(NgramIndex, "continuation", oracle(request.param))
+    yield request.param
+
+
+@pytest.mark.parametrize("params", CASES)
+def test_answers_are_those_of_one_token_per_step(oracle_drafts, params):
+    params = dict(params)
+    n = params.pop("n", 1)
+    plain, off = run(REPEATING, 0, n, **params)
+    spec, on = run(REPEATING, 8, n, **params)
+    assert per_choice(spec) == per_choice(plain)
+    assert off.engine.drafted == 0
+    assert on.engine.drafted > 0 or params["max_tokens"] <= 3
+    if oracle_drafts and params.get("temperature", 0.0) == 0.0 and params["max_tokens"] > 3:
+        assert on.engine.draft_accepted > 0, "the oracle's drafts are the greedy answer"
+        assert len(on.backend.decodes) < len(off.backend.decodes), "fewer steps"
+    assert on.engine.draft_accepted <= on.engine.drafted
+
+
+@pytest.mark.parametrize("params", CASES)
+def test_n_gram_drafts_keep_the_answer(params):
+    params = dict(params)
+    n = params.pop("n", 1)
+    plain, _ = run(REPEATING * 3, 0, n, **params)
+    spec, _ = run(REPEATING * 3, 8, n, **params)
+    assert per_choice(spec) == per_choice(plain)
+
+
+def test_grammar_answers_draft_nothing():
+    letters = GrammarSpec("gbnf", "letters")
+    plain, _ = run(REPEATING, 0, max_tokens=20, grammar=letters)
+    spec, on = run(REPEATING, 8, max_tokens=20, grammar=letters)
+    assert spec == plain and on.engine.drafted == 0
+
+
+def test_drafts_beside_other_streams_and_a_cancel_leave_only_verified_cells(monkeypatch):
+    monkeypatch.setattr(NgramIndex, "continuation", oracle(2))
+    h = Harness(draft_max=8)
+    _, first = h.submit(REPEATING, max_tokens=50)
+    doomed, _ = h.submit("xyz " + REPEATING, max_tokens=50)
+    h.step(6)
+    h.engine.cancel(doomed)
+    _, third = h.submit("abcd", max_tokens=20, n=2, temperature=1.0, seed=1)
+    h.run_until_idle()
+    h.assert_clean()
+    assert h.engine.draft_accepted > 0
+    assert answers(first) == answers(run(REPEATING, 0, max_tokens=50)[0])
+    assert answers(third, 2) == answers(
+        run("abcd", 0, 2, max_tokens=20, temperature=1.0, seed=1)[0], 2
+    )
+
+
+def test_an_end_inside_a_draft_ends_there(monkeypatch):
+    monkeypatch.setattr(NgramIndex, "continuation", oracle(64))
+    plain, _ = run(REPEATING, 0, max_tokens=40, stop=["e"])
+    spec, on = run(REPEATING, 8, max_tokens=40, stop=["e"])
+    assert spec == plain and on.engine.drafted > 0
+    assert finishes(spec) == {0: "stop"}
+
+
+def test_logprobs_come_from_each_verified_row(monkeypatch):
+    monkeypatch.setattr(NgramIndex, "continuation", oracle(64))
+    spec, on = run(REPEATING, 8, max_tokens=12, logprobs=2)
+    assert on.engine.draft_accepted > 0
+    entries = [e for e in spec if isinstance(e, TokenLogprob)]
+    assert len(entries) == 12 and all(len(e.top) == 2 for e in entries)
+
+
+# ---- the n-gram index and the adaptive drafter (pure logic) ----------------------------------
+
+
+def test_continuation_follows_the_latest_earlier_occurrence_of_the_longest_tail():
+    index = NgramIndex()
+    index.extend([1, 2, 3, 9, 1, 2, 3, 7, 5, 1, 2, 3])
+    assert index.continuation(3) == [7, 5, 1]
+    index.extend([8])
+    assert index.continuation(3) == []  # "3 8" and "8" never occurred before
+    index.extend([1, 2])
+    assert index.continuation(2) == [3, 8]
+
+
+def test_continuation_needs_a_repeated_tail_of_two_tokens():
+    index = NgramIndex()
+    index.extend([5, 6, 7, 5])
+    assert index.continuation(4) == []
+    index.extend([6])
+    assert index.continuation(4) == [7, 5, 6]
+
+
+def test_drafter_grows_on_success_and_backs_off_on_failure():
+    drafter = Drafter([*range(1, 12), 1, 2])
+    assert drafter.draft([], 8) == [3, 4, 5, 6]  # length 4 to start with
+    drafter.record(4, 4)
+    assert drafter.draft([], 8) == [3, 4, 5, 6, 7, 8, 9, 10]
+    drafter.record(8, 0)
+    assert drafter.draft([], 8) == []  # waits one step
+    assert drafter.draft([], 8) == [3]
+    drafter.record(1, 0)
+    assert drafter.draft([], 8) == [] and drafter.draft([], 8) == []  # then two
+    assert drafter.draft([], 8) == [3]
+    assert (drafter.drafted, drafter.accepted) == (13, 4)
+
+
+def test_drafter_reads_the_answer_as_it_grows():
+    drafter = Drafter([7, 8, 9])
+    assert drafter.draft([], 4) == []
+    assert drafter.draft([7, 8], 4) == [9, 7, 8]
+    assert drafter.draft([7, 8], 0) == []
+
+
+def test_draft_room_shrinks_as_more_sequences_generate():
+    rows = speculation.STEP_ROWS
+    assert draft_room(1, 8) == min(8, rows - 1)
+    assert draft_room(4, 8) == rows // 4 - 1
+    assert draft_room(rows, 8) == 0
+    assert draft_room(1, 0) == 0 and draft_room(0, 8) == 0
