@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import abuse, embeddings, load, report, scoring, soak, structured
+from bench import abuse, embeddings, grounded, load, report, scoring, soak, structured
 from bench.anchors import (
     ALL_SERVERS,
     EDGESERVE,
@@ -59,6 +59,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-scoring", action="store_true", help="skip the scoring comparison")
     p.add_argument("--structured", type=int, help="json_schema answers per server [8; quick 4]")
     p.add_argument("--embed-texts", type=int, help="texts per embeddings batch [64; quick 16]")
+    p.add_argument(
+        "--grounded-rounds",
+        type=int,
+        help="rounds of the grounded workload, 0 skips it [2; quick 1]",
+    )
     p.add_argument("--soak-requests", type=int, help="edgeserve memory soak [1000; quick 200]")
     p.add_argument("--edgeserve", type=Path, default=Path(".venv/bin/edgeserve"))
     p.add_argument(
@@ -76,7 +81,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     sizes = {"tokens": (128, 32), "requests": (2, 1), "rounds": (3, 2), "prompt_words": (128, 64),
              "conversations": (4, 2), "score_texts": (64, 8), "structured": (8, 4),
-             "embed_texts": (64, 16), "soak_requests": (1000, 200)}  # fmt: skip
+             "embed_texts": (64, 16), "soak_requests": (1000, 200),
+             "grounded_rounds": (2, 1)}  # fmt: skip
     for name, (full, quick) in sizes.items():
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
@@ -135,6 +141,8 @@ class Bench:
             for i, c in enumerate(self.levels):
                 await self.level(servers, i, c)
             await self.embeddings(servers)
+            for c in (1, 4):
+                await self.grounded(servers, c)
         self.results["elapsed_s"] = time.time() - self.started
         self.results["summary"] = report.summarize(self.results)
         return self.results
@@ -324,6 +332,33 @@ class Bench:
         pair = [(s.kind, s.url) for s in running]
         self.results["embeddings"] = await embeddings.compare(pair, a.embed_texts, 12, a.rounds)
         for server in running:
+            servers.stop(server)
+
+    async def grounded(self, servers: Servers, c: int) -> None:
+        """The grounded workload at concurrency `c` (bench/grounded.py): edgeserve with and
+        without speculation, llama-server without it and with its ngram variants."""
+        a = self.args
+        if a.grounded_rounds <= 0 or EDGESERVE not in self.kinds:
+            return
+        variants = dict(grounded.EDGESERVE_SPEC)
+        if LLAMA_SERVER in self.kinds:
+            variants |= grounded.LLAMA_SERVER_SPEC
+        print(f"grounded workload at c={c}: {', '.join(variants)} ...", flush=True)
+        running = {
+            label: servers.start(
+                EDGESERVE if label.startswith(EDGESERVE) else LLAMA_SERVER, c, extra
+            )
+            for label, extra in variants.items()
+        }
+        await asyncio.gather(*(servers.wait_ready(s) for s in running.values()))
+        await self.wait_quiet(list(running.values()))
+        pairs = [(label, s.url) for label, s in running.items()]
+        result = await grounded.level(pairs, c, a.grounded_rounds)
+        for label in variants:
+            spec_off = "edgeserve no-spec" if label.startswith(EDGESERVE) else LLAMA_SERVER
+            result[label]["differ_from_no_spec"] = grounded.differing(result, label, spec_off)
+        self.results.setdefault("grounded", {})[str(c)] = result
+        for server in running.values():
             servers.stop(server)
 
     async def misbehaving_clients(self, running: list[Server]) -> None:

@@ -137,6 +137,25 @@ def table(results: dict[str, Any]) -> str:
             f"embeddings, batches of {em['texts']} texts of {em['words_per_text']} words: "
             f"{speeds}{extra}"
         )
+    for c, level in results.get("grounded", {}).items():
+        lines.append(f"grounded workload (copy/quote/rewrite a passage, greedy) at c={c}, tok/s:")
+        base = level.get("llama-server")
+        for kind, r in level.items():
+            speeds = " / ".join(f"{v:.1f}" for v in r["tok_s"])
+            versus = (
+                " ("
+                + " / ".join(_ratio(v, b) for v, b in zip(r["tok_s"], base["tok_s"], strict=True))
+                + " x llama-server)"
+                if base and kind != "llama-server"
+                else ""
+            )
+            differ = r.get("differ_from_no_spec")
+            note = (
+                f"; {differ} of {len(r['texts'])} answers differ without speculation"
+                if differ
+                else ""
+            )
+            lines.append(f"  {kind}: {speeds}{versus}{note}")
     st = results.get("structured")
     if st:
         lines.append("structured output (json_schema, temperature 1, full distribution):")
@@ -257,6 +276,17 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
             )
         )
         out.append(("healthy after the hostile requests", ab["healthy_after"], ""))
+    gr = results.get("grounded", {}).get("1", {})
+    if "edgeserve" in gr and "llama-server" in gr:
+        ours = statistics.median(gr["edgeserve"]["tok_s"])
+        plain = statistics.median(gr["llama-server"]["tok_s"])
+        best = max(
+            (statistics.median(r["tok_s"]) for k, r in gr.items() if k.startswith("llama-server ")),
+            default=None,
+        )
+        out.append(_cmp("grounded c=1 >= 1.5x llama-server without speculation", ours, plain, 1.5))
+        if best is not None:
+            out.append(_cmp("grounded c=1 >= llama-server's best ngram speculation", ours, best, 1))
     st = results.get("structured")
     if st and "edgeserve" in st:
         invalid = st["edgeserve"]["invalid"]

@@ -276,7 +276,7 @@ class Settings:
     )
     flash_attn: bool = _setting(False, _boolean, "flash attention", "BOOL", kind="switch")
     draft_max: int = _setting(
-        8,
+        16,
         _integer(0),
         "most tokens a sequence drafts per step by n-gram speculation, verified exactly (0: off)",
         "N",

@@ -26,7 +26,7 @@ class EngineConfig:
     max_queue: int = 64
     chat_template: str | None = None
     flash_attn: bool = False
-    draft_max: int = 8
+    draft_max: int = 16
     use_mmap: bool = True
     use_mlock: bool = False
     max_score_tokens: int = 65536

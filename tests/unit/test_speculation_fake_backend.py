@@ -160,17 +160,20 @@ def test_continuation_needs_a_repeated_tail_of_two_tokens():
 
 
 def test_drafter_grows_on_success_and_backs_off_on_failure():
-    drafter = Drafter([*range(1, 12), 1, 2])
-    assert drafter.draft([], 8) == [3, 4, 5, 6]  # length 4 to start with
-    drafter.record(4, 4)
-    assert drafter.draft([], 8) == [3, 4, 5, 6, 7, 8, 9, 10]
-    drafter.record(8, 0)
-    assert drafter.draft([], 8) == []  # waits one step
-    assert drafter.draft([], 8) == [3]
-    drafter.record(1, 0)
-    assert drafter.draft([], 8) == [] and drafter.draft([], 8) == []  # then two
-    assert drafter.draft([], 8) == [3]
-    assert (drafter.drafted, drafter.accepted) == (13, 4)
+    drafter = Drafter([*range(1, 40), 1, 2])
+    assert drafter.draft([], 64) == list(range(3, 3 + speculation.FIRST_LENGTH))
+    drafter.record(speculation.FIRST_LENGTH, speculation.FIRST_LENGTH)
+    assert len(drafter.draft([], 64)) == 2 * speculation.FIRST_LENGTH
+    assert len(drafter.draft([], 5)) == 5  # never more than the room
+    drafter.record(16, 5)
+    assert len(drafter.draft([], 64)) == 10  # twice what was kept
+    drafter.record(10, 0)
+    assert drafter.draft([], 64) == []  # waits one step
+    assert len(drafter.draft([], 64)) == speculation.MIN_LENGTH
+    drafter.record(4, 0)
+    assert drafter.draft([], 64) == [] and drafter.draft([], 64) == []  # then two
+    assert drafter.draft([], 64) != []
+    assert (drafter.drafted, drafter.accepted) == (8 + 16 + 10 + 4, 8 + 5)
 
 
 def test_drafter_reads_the_answer_as_it_grows():
@@ -182,7 +185,7 @@ def test_drafter_reads_the_answer_as_it_grows():
 
 def test_draft_room_shrinks_as_more_sequences_generate():
     rows = speculation.STEP_ROWS
-    assert draft_room(1, 8) == min(8, rows - 1)
-    assert draft_room(4, 8) == rows // 4 - 1
-    assert draft_room(rows, 8) == 0
+    assert draft_room(1, 8) == 8 and draft_room(1, 64) == rows - 1
+    assert draft_room(4, 64) == rows // 4 - 1
+    assert draft_room(rows, 64) == 0
     assert draft_room(1, 0) == 0 and draft_room(0, 8) == 0
