@@ -42,6 +42,8 @@ class Generation:
         self._queue: asyncio.Queue[object] = asyncio.Queue()
         self._job: Job | None = None
         self._open = 0
+        self.drafted = 0  # speculation's drafted tokens over the finished choices
+        self.draft_accepted = 0
 
     async def __aenter__(self) -> Generation:
         return self
@@ -77,6 +79,8 @@ class Generation:
             event = await self._next()
             if isinstance(event, Finished):
                 self._open -= 1
+                self.drafted += event.drafted
+                self.draft_accepted += event.draft_accepted
             assert isinstance(event, TextDelta | TokenLogprob | Finished)
             yield event
 

@@ -396,7 +396,7 @@ class Scheduler:
         """A verified draft of a live choice: the cells of its rejected tokens are removed."""
         self.kv.seq_rm(choice.seq_id, choice.n_past, -1)
         if choice.drafter is not None:
-            choice.drafter.record(drafted, accepted)
+            choice.drafter.adapt(drafted, accepted)
 
     # ---- checks -----------------------------------------------------------------------------
 

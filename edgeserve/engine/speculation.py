@@ -95,10 +95,9 @@ class Drafter:
             return []
         return self.index.continuation(min(room, self.length))
 
-    def record(self, drafted: int, accepted: int) -> None:
-        """Learn from a verified draft: `accepted` of its `drafted` tokens were kept."""
-        self.drafted += drafted
-        self.accepted += accepted
+    def adapt(self, drafted: int, accepted: int) -> None:
+        """Learn from a verified draft: `accepted` of its `drafted` tokens were kept. (The
+        engine counts `drafted` and `accepted` as it verifies.)"""
         if accepted == drafted:
             self.length = min(2 * self.length, STEP_ROWS)
         else:

@@ -184,6 +184,8 @@ class Finished:
     completion_tokens: int
     cached_tokens: int = 0
     stop_sequence: str | None = None
+    drafted: int = 0  # tokens drafted by speculation for this choice, and how many were kept
+    draft_accepted: int = 0
 
 
 @dataclass(frozen=True)

@@ -494,19 +494,25 @@ class Engine:
         backend = self.backend
         scheduler = self.scheduler
         assert backend is not None and scheduler is not None
+        drafter = choice.drafter
+        assert drafter is not None
         wanted = job.request.params.logprobs is not None
+        drafter.drafted += len(draft)
+        self.drafted += len(draft)
         accepted = 0
         for offset in range(len(draft) + 1):
             if offset:
                 choice.n_past += 1  # the drafted token before this row is the answer's
             token = choice.sampler.sample(row + offset)
+            kept = offset < len(draft) and token == draft[offset]
+            if kept:
+                accepted += 1
+                drafter.accepted += 1
+                self.draft_accepted += 1
             logits = backend.logit_row(row + offset) if wanted else None
             self._on_token(job, choice, token, logits)
-            if choice.done or offset == len(draft) or token != draft[offset]:
+            if choice.done or not kept:
                 break
-            accepted += 1
-        self.drafted += len(draft)
-        self.draft_accepted += accepted
         if not choice.done:
             scheduler.keep(choice, len(draft), accepted)
 
@@ -635,7 +641,16 @@ class Engine:
         assert scheduler is not None
         if drain:
             self._emit_text(job, choice, choice.drain_text())
-        finished = Finished(choice.index, reason, choice.n_gen, job.cached, stop_sequence)
+        drafter = choice.drafter
+        finished = Finished(
+            choice.index,
+            reason,
+            choice.n_gen,
+            job.cached,
+            stop_sequence,
+            drafter.drafted if drafter else 0,
+            drafter.accepted if drafter else 0,
+        )
         self._emit(job, finished)
         scheduler.finish(job, choice)
 

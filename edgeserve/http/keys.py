@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
 from edgeserve.config import Settings
-from edgeserve.engine.client import EngineClient
+from edgeserve.engine.client import EngineClient, Generation
 from edgeserve.metrics import Metrics
 from edgeserve.validation import Limits
 
@@ -18,7 +18,8 @@ class RequestRecord:
     """What a handler learned about its request, for the access log line and the metrics.
 
     `error_status` is set when a stream that had already answered 200 ended with an in-band
-    error event (e.g. 504 past --request-timeout-s).
+    error event (e.g. 504 past --request-timeout-s). `generations` are the request's engine
+    generations (their speculation counts are read when the line is written).
     """
 
     request_id: str
@@ -28,6 +29,7 @@ class RequestRecord:
     ttft_s: float | None = None
     gen_s: float | None = None
     error_status: int | None = None
+    generations: list[Generation] = field(default_factory=list)
 
     def generated(
         self, prompt: int, completion: int, cached: int, started: float, first: float | None

@@ -111,6 +111,10 @@ def _log_access(request: web.Request, record: RequestRecord, status: int, elapse
         fields["ttft_ms"] = round(record.ttft_s * 1000, 1)
     if record.gen_s and record.completion_tokens:
         fields["tokens_per_s"] = round(record.completion_tokens / record.gen_s, 1)
+    drafted = sum(gen.drafted for gen in record.generations)
+    if drafted:
+        fields["draft_tokens"] = drafted
+        fields["draft_accepted"] = sum(gen.draft_accepted for gen in record.generations)
     if record.error_status is not None:
         fields["error_status"] = record.error_status
     access_log.info("%s %s %d", request.method, request.path, status, extra=fields)

@@ -45,6 +45,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     deadline = asyncio.get_running_loop().time() + settings.request_timeout_s
     limit = asyncio.timeout_at(deadline)
     async with engine_errors(limit, settings.request_timeout_s), engine.generate(work) as gen:
+        request[RECORD].generations.append(gen)
         async with limit:
             info = await gen.admitted()
             if not req.stream:

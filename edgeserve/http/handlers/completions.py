@@ -47,6 +47,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
         contextlib.AsyncExitStack() as stack,
     ):
         gens = [await stack.enter_async_context(engine.generate(g)) for g in work.generations]
+        request[RECORD].generations += gens
         async with limit:
             infos = []
             for index, gen in enumerate(gens):

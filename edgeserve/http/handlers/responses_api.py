@@ -45,6 +45,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         engine_errors(limit, settings.request_timeout_s),
         engine.generate(work.generation) as gen,
     ):
+        request[RECORD].generations.append(gen)
         async with limit:
             info = await gen.admitted()
             if not req.stream:

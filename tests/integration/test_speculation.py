@@ -1,0 +1,83 @@
+"""N-gram speculation on the real model: a greedy copy task drafts from its prompt and keeps
+most drafts (at the default sampling, temperature 1, the small model wanders and keeps few);
+/metrics and the access log count them; a client
+that leaves mid-answer leaves the engine idle with only verified cells in the KV cache.
+(That answers are the ones of one token per step is checked exactly on FakeBackend, whose
+logits do not depend on the batch: tests/unit/test_speculation_fake_backend.py.)"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from tests.integration.engine_idle import assert_engine_idle
+
+CHAT = "/v1/chat/completions"
+PASSAGE = (
+    "The lighthouse at the end of the harbour was built in 1852 from granite quarried on the "
+    "island. Its lamp burned whale oil until 1890, then paraffin, and since 1954 it has been "
+    "electric. Three keepers lived there in turns, and the last of them left in 1987."
+)
+COPY = f"{PASSAGE}\n\nCopy the passage above exactly, word for word."
+
+
+def body(**extra) -> dict:
+    return {"model": "m", "messages": [{"role": "user", "content": COPY}], **extra}
+
+
+def drafts(engine) -> tuple[int, int]:
+    stats = engine.stats()
+    return stats.draft_tokens, stats.draft_accepted_tokens
+
+
+@pytest.mark.parametrize("sampling", [{"temperature": 0}, {}], ids=["greedy", "default"])
+async def test_a_copy_task_keeps_most_of_its_drafts(client, engine, sampling, caplog):
+    drafted, accepted = drafts(engine)
+    caplog.set_level(logging.INFO, logger="edgeserve.access")
+    resp = await client.post(CHAT, json=body(max_tokens=40, **sampling))
+    assert resp.status == 200
+    answer = (await resp.json())["choices"][0]["message"]["content"]
+    new_drafted, new_accepted = drafts(engine)
+    drafted, accepted = new_drafted - drafted, new_accepted - accepted
+    if sampling:  # greedy: the answer copies the passage, and the drafts are kept
+        assert answer.startswith(PASSAGE[:40])
+        assert drafted > 0 and accepted >= drafted / 2, (accepted, drafted, answer)
+    assert accepted <= drafted
+    [line] = [r for r in caplog.records if r.name == "edgeserve.access"]
+    assert (line.draft_tokens, line.draft_accepted) == (drafted, accepted)
+    await assert_engine_idle(engine)
+
+
+async def test_metrics_count_drafted_and_kept_tokens(client, engine):
+    await client.post(CHAT, json=body(max_tokens=24, temperature=0))
+    text = await (await client.get("/metrics")).text()
+    samples = dict(
+        line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("edgeserve_draft")
+    )
+    drafted, accepted = drafts(engine)
+    assert float(samples["edgeserve_draft_tokens_total"]) == drafted > 0
+    assert float(samples["edgeserve_draft_accepted_tokens_total"]) == accepted > 0
+
+
+async def test_disconnect_while_drafting_leaves_only_verified_cells(client, engine):
+    resp = await client.post(CHAT, json=body(max_tokens=400, temperature=0, stream=True))
+    drafted, _ = drafts(engine)
+    for _ in range(200):
+        await resp.content.readuntil(b"\n\n")
+        if drafts(engine)[0] > drafted:
+            break
+    assert drafts(engine)[0] > drafted, "drafts were made before the client left"
+    resp.close()
+    await assert_engine_idle(engine)
+
+
+async def test_n_choices_draft_independently(client, engine):
+    # n > 1 always samples (as the reference does); each choice drafts from its own answer.
+    resp = await client.post(CHAT, json=body(max_tokens=24, n=3, temperature=0.2, seed=3))
+    data = await resp.json()
+    assert resp.status == 200 and len(data["choices"]) == 3
+    assert data["usage"]["completion_tokens"] == 72 or any(
+        c["finish_reason"] == "stop" for c in data["choices"]
+    )
+    await assert_engine_idle(engine)
