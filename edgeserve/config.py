@@ -257,7 +257,7 @@ class Settings:
         None, _integer(1), "CPU threads", "N", factory=physical_cores, shown="physical cores"
     )
     batch_size: int = _setting(
-        512,
+        2048,
         _integer(1),
         "prompt tokens per llama_decode while no stream is generating (run in micro-batches "
         "of at most 512)",

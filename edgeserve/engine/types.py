@@ -21,7 +21,7 @@ class EngineConfig:
     parallel: int = 4
     n_threads: int | None = None
     n_gpu_layers: int = -1
-    n_batch: int = 512
+    n_batch: int = 2048
     prefill_chunk: int = 64
     max_queue: int = 64
     chat_template: str | None = None

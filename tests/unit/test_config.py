@@ -69,7 +69,7 @@ def test_defaults(model):
         ctx_size=4096,
         n_gpu_layers=-1,
         threads=physical_cores(),
-        batch_size=512,
+        batch_size=2048,
         prefill_chunk=64,
         max_queue=64,
         chat_template=None,
