@@ -106,7 +106,9 @@ async def level(servers: list[tuple[str, str]], concurrency: int, rounds: int) -
     rates: dict[str, list[list[float]]] = {kind: [] for kind, _ in servers}
     texts: dict[str, list[str]] = {}
     timeout = aiohttp.ClientTimeout(total=900)
-    async with aiohttp.ClientSession(timeout=timeout) as http:
+    # A connection each (llama-server closes idle keep-alive connections after 5 s).
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as http:
         for _kind, url in servers:
             await stream(http, url, PROMPTS[0][:200])
         for rnd in range(rounds):
