@@ -87,10 +87,18 @@ class RowSampler:
 
     def sample(self, row: np.ndarray) -> int:
         """The next token from a raw logit row (read, never written), counted for the penalties."""
-        logits = self._adjusted(row)
-        token = int(np.argmax(logits)) if self.greedy else self._draw(logits)
-        self.penalties.accept(token)
+        token = self.choose(row)
+        self.accept(token)
         return token
+
+    def choose(self, row: np.ndarray) -> int:
+        """A token drawn from a raw logit row (read, never written), not yet counted."""
+        logits = self._adjusted(row)
+        return int(np.argmax(logits)) if self.greedy else self._draw(logits)
+
+    def accept(self, token: int) -> None:
+        """Count a token generated after `choose` (or chosen elsewhere) for the penalties."""
+        self.penalties.accept(token)
 
     def _adjusted(self, row: np.ndarray) -> np.ndarray:
         """`row` after logit bias and penalties: the row itself when neither changes it."""

@@ -66,7 +66,9 @@ def primed(params: SamplingParams, history: list[int], seed: int) -> RowSampler:
 
 ROW = made_up_row()
 LIKELY = [int(t) for t in np.argsort(ROW)[::-1][:4]]
-CASES = {
+CASES: dict[
+    str, tuple[SamplingParams, list[int]] | tuple[SamplingParams, list[int], np.ndarray]
+] = {
     "plain T=1": (SamplingParams(temperature=1.0), []),
     "T=0.7": (SamplingParams(temperature=0.7), []),
     "T=1.8": (SamplingParams(temperature=1.8), []),
@@ -82,7 +84,18 @@ CASES = {
         SamplingParams(temperature=1.0, repeat_penalty=1.5, logit_bias={LIKELY[2]: 2.0}),
         [LIKELY[0], LIKELY[2], int(np.argmin(ROW))],
     ),
+    "repeat penalty on negative logits": (
+        SamplingParams(temperature=1.0, repeat_penalty=1.3),
+        [LIKELY[0], LIKELY[1]],
+        ROW - np.float32(15.0),
+    ),
 }
+
+
+def case_of(name: str) -> tuple[SamplingParams, list[int], np.ndarray]:
+    """A case's params, history and row (ROW unless the case gives one)."""
+    params, history, *row = CASES[name]
+    return params, history, row[0] if row else ROW
 
 
 @pytest.mark.parametrize("gap", [draw.HEAD_GAP, 3.0, 0.5])
@@ -92,11 +105,11 @@ def test_draws_follow_the_adjusted_softmax(monkeypatch, case, gap):
     draws through the envelope, its tail and its redraw, which must be just as exact. The
     history is held fixed, so every draw has the same distribution."""
     monkeypatch.setattr(draw, "HEAD_GAP", gap)
-    params, history = CASES[case]
+    params, history, row = case_of(case)
     sampler = primed(params, history, 1)
     monkeypatch.setattr(sampler.penalties, "accept", lambda _token: None)
-    drawn = [sampler.sample(ROW) for _ in range(DRAWS)]
-    assert_follows(drawn, reference(ROW, params, history))
+    drawn = [sampler.sample(row) for _ in range(DRAWS)]
+    assert_follows(drawn, reference(row, params, history))
 
 
 def test_the_row_is_never_written():
@@ -110,10 +123,10 @@ def test_the_row_is_never_written():
 
 @pytest.mark.parametrize("case", CASES)
 def test_greedy_takes_the_best_adjusted_logit(case):
-    params, history = CASES[case]
+    params, history, row = case_of(case)
     greedy = replace(params, temperature=0.0)
-    expected = reference(ROW, replace(params, temperature=1.0), history)
-    assert primed(greedy, history, 0).sample(ROW) == int(np.argmax(expected))
+    expected = reference(row, replace(params, temperature=1.0), history)
+    assert primed(greedy, history, 0).sample(row) == int(np.argmax(expected))
 
 
 def test_greedy_breaks_ties_by_the_lowest_id():
