@@ -7,11 +7,13 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import llama_cpp as lc
 import numpy as np
 import pytest
 
 from edgeserve.engine import draw
 from edgeserve.engine.draw import PENALTY_LAST_N, RowSampler
+from edgeserve.engine.sampling import Candidates, _build_chain
 from edgeserve.engine.types import SamplingParams
 
 VOCAB = 2048
@@ -175,3 +177,30 @@ def test_the_same_seed_draws_the_same_tokens(params):
 )
 def test_truncation_stays_with_the_native_chain(fields, handled):
     assert RowSampler.handles(SamplingParams(**fields)) is handled
+
+
+def native_chain_logits(params: SamplingParams, history: list[int], row: np.ndarray) -> np.ndarray:
+    """The logits llama.cpp's own chain (bias → penalties → temperature) leaves for `row` after
+    generating `history`, by token id."""
+    chain = _build_chain(params, row.size, 0)
+    candidates = Candidates(row.size)
+    try:
+        for token in history:
+            lc.llama_sampler_accept(chain, token)
+        lc.llama_sampler_apply(chain, candidates.fill(row))
+        left = candidates.remaining()
+        out = np.full(row.size, -np.inf, dtype=np.float32)
+        out[left["id"]] = left["logit"]
+        return out
+    finally:
+        lc.llama_sampler_free(chain)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c != "plain T=1"])
+def test_the_adjustments_match_the_native_chain(case):
+    """Bias and penalties are llama.cpp's own: its chain, given the same history, leaves the
+    same logits (divided by T) as RowSampler draws from."""
+    params, history, row = case_of(case)
+    sampler = primed(params, history, 0)
+    ours = sampler._adjusted(row) / np.float32(params.temperature)
+    np.testing.assert_allclose(ours, native_chain_logits(params, history, row), rtol=1e-5)
