@@ -11,7 +11,7 @@ import llama_cpp as lc
 import numpy as np
 import pytest
 
-from edgeserve.engine import draw
+from edgeserve.engine import draw, sampling
 from edgeserve.engine.draw import PENALTY_LAST_N, RowSampler
 from edgeserve.engine.sampling import Candidates, _build_chain
 from edgeserve.engine.types import SamplingParams
@@ -204,3 +204,24 @@ def test_the_adjustments_match_the_native_chain(case):
     sampler = primed(params, history, 0)
     ours = sampler._adjusted(row) / np.float32(params.temperature)
     np.testing.assert_allclose(ours, native_chain_logits(params, history, row), rtol=1e-5)
+
+
+def sampler_tokens(
+    monkeypatch, params: SamplingParams, seed_offset: int, steps: int = 30
+) -> list[int]:
+    """What the engine's `Sampler` (numpy path, no model) draws from `steps` made-up rows."""
+    monkeypatch.setattr(sampling, "logit_row", lambda _ctx, row, _n: made_up_row(row))
+    sampler = sampling.Sampler(params, None, None, VOCAB, seed_offset=seed_offset)
+    try:
+        return [sampler.sample(step) for step in range(steps)]
+    finally:
+        sampler.free()
+
+
+def test_sibling_choices_draw_as_requests_with_the_next_seeds(monkeypatch):
+    """Choice i of an n>1 request with seed s draws what a request with seed s + i draws."""
+    params = SamplingParams(temperature=0.7, seed=7, frequency_penalty=0.3)
+    siblings = [sampler_tokens(monkeypatch, params, i) for i in range(3)]
+    alone = [sampler_tokens(monkeypatch, replace(params, seed=7 + i), 0) for i in range(3)]
+    assert siblings == alone
+    assert len({tuple(tokens) for tokens in siblings}) == 3
