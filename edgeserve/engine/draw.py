@@ -1,4 +1,4 @@
-"""Exact sampling from one logit row in numpy, for sequences without grammar or truncation.
+"""Exact sampling from one logit row in numpy, for sequences without top-k/top-p/min-p.
 
 llama.cpp's sampler chain copies the whole row into a candidate array on every token and its
 penalties, temperature and dist samplers each pass over all of it: ~3.4 ms a token on Gemma's
@@ -82,7 +82,8 @@ class RowSampler:
 
     @staticmethod
     def handles(params: SamplingParams) -> bool:
-        """Whether these params need no truncation (top-k, top-p, min-p), which stays native."""
+        """Whether RowSampler draws for these params: greedy, or no top-k/top-p/min-p (those
+        stay in llama.cpp's chain)."""
         return params.greedy or (params.top_k <= 0 and params.top_p >= 1.0 and params.min_p <= 0.0)
 
     def sample(self, row: np.ndarray) -> int:
