@@ -265,9 +265,8 @@ class LoadedModel:
         return out
 
     def logit_row(self, ctx: Any, index: int) -> np.ndarray:
-        """Batch output `index`'s logits in `ctx`, a view into llama.cpp's buffer (no copy),
-        valid until that context's next decode."""
-        return np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, index), shape=(self.n_vocab,))
+        """Batch output `index`'s logits in `ctx` (see `logit_row`)."""
+        return logit_row(ctx, index, self.n_vocab)
 
     def is_eog(self, token: int) -> bool:
         """True for end-of-generation tokens (EOS, EOT, <end_of_turn> …)."""
@@ -379,6 +378,12 @@ class LoadedModel:
             n = lc.llama_token_to_piece(self.vocab, token, buf, 1024, 0, True)
             longest = max(longest, abs(n))
         return longest
+
+
+def logit_row(ctx: Any, index: int, n_vocab: int) -> np.ndarray:
+    """Batch output `index`'s logits in `ctx`, a view into llama.cpp's buffer (no copy),
+    valid until that context's next decode."""
+    return np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, index), shape=(n_vocab,))
 
 
 def _trim_heap() -> None:

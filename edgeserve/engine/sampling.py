@@ -1,14 +1,19 @@
-"""Native llama.cpp sampling per sequence, built from SamplingParams.
+"""Sampling per sequence, built from SamplingParams.
 
-A sequence samples with its own sampler chain. A grammar is kept out of the chain and applied
-lazily: the chain picks a token from the raw candidates and the grammar checks only that token
-(a few microseconds). When it is refused, the grammar checks the most likely candidates (HEADS)
-in one pass, and DRAWS tokens are drawn from those it accepts and the unchecked rest together,
-the rest's being checked in one more pass (`Candidates.constrained`); only when no draw fits
-are all candidates filtered by the grammar and the chain run again (~150 ms on a 262k
-vocabulary). Each path releases only tokens the grammar accepts, and all of them draw from the
-same distribution: the chain's, restricted to what the grammar allows (greedy: the allowed
-token with the highest logit). Without top-k/top-p/min-p that is exactly the model's
+A sequence without top-k/top-p/min-p samples in numpy from the raw logit row (`draw.RowSampler`:
+exact, and ~10x cheaper than llama.cpp's chain over a 262k vocabulary). A sequence with them
+samples with its own native llama.cpp sampler chain, and so does a grammar's, where the numpy
+draw is refused (below).
+
+A grammar is kept out of the chain and applied lazily: the numpy draw (when the params allow
+one), then the chain's own choice, picks a token from the raw candidates and the grammar checks
+only that token (a few microseconds). When both are refused, the grammar checks the most likely
+candidates (HEADS) in one pass, and DRAWS tokens are drawn from those it accepts and the
+unchecked rest together, the rest's being checked in one more pass (`Candidates.constrained`);
+only when no draw fits are all candidates filtered by the grammar and the chain run again (~150
+ms on a 262k vocabulary). Each path releases only tokens the grammar accepts, and all of them
+draw from the same distribution: the chain's, restricted to what the grammar allows (greedy: the
+allowed token with the highest logit). Without top-k/top-p/min-p that is exactly the model's
 distribution under the grammar; with them, the truncated candidates the grammar accepts come
 first, as in llama.cpp's own samplers.
 
@@ -35,10 +40,11 @@ import llama_cpp as lc
 import numpy as np
 
 from edgeserve import grammars
+from edgeserve.engine.draw import PENALTY_LAST_N, RowSampler
+from edgeserve.engine.model import logit_row
 from edgeserve.engine.types import GrammarSpec, SamplingParams
 from edgeserve.errors import InvalidPrompt
 
-PENALTY_LAST_N = 64
 HEADS = (4096, 32768)
 """How many of the most likely candidates are checked in one grammar pass after the chain's
 choice is refused, then after that finds too little (a grammar pass over 4096 candidates takes
@@ -242,11 +248,13 @@ class Candidates:
 
 
 class Sampler:
-    """One sequence's sampling: its native chain and, kept apart, its grammar.
+    """One sequence's sampling: a numpy `RowSampler` or its native chain and, kept apart, its
+    grammar.
 
     Without a grammar it samples row `row` of `ctx`'s last decode on the engine thread
-    (`sample`). With one it is `detached` and samples a copied row (`sample_logits`) on
-    whatever thread the engine gives it, one call at a time. `seed_offset` gives sibling
+    (`sample`), in numpy unless top-k/top-p/min-p need the chain. With one it is `detached`
+    and samples a copied row (`sample_logits`) on whatever thread the engine gives it, one call
+    at a time. `seed_offset` gives sibling
     choices of one `n>1` request distinct but reproducible streams; `gbnf` is the request's
     grammar, already checked once by `grammar_text` and `grammar_sampler`; a grammar step over
     `step_limit_s` seconds sets `slow`. Call `free` once when the sequence ends: while a
@@ -265,11 +273,15 @@ class Sampler:
         step_limit_s: float = 2.0,
     ) -> None:
         self.grammar = grammar_sampler(vocab, gbnf) if gbnf is not None else None
-        self.chain = _build_chain(params, n_vocab, seed_offset)
         self._greedy = params.greedy
         seed = None if params.seed is None else (params.seed + seed_offset) % 2**32
         self._rng = np.random.default_rng(seed)
+        fast = RowSampler.handles(params)
+        self._row = RowSampler(params, n_vocab, self._rng) if fast else None
+        needs_chain = self.grammar is not None or not fast
+        self.chain = _build_chain(params, n_vocab, seed_offset) if needs_chain else None
         self.ctx = ctx
+        self.n_vocab = n_vocab
         self.detached = self.grammar is not None
         self._candidates = Candidates(n_vocab) if self.detached else None
         self._lock = threading.Lock()
@@ -280,6 +292,8 @@ class Sampler:
 
     def sample(self, row: int) -> int | None:
         """The next token from output row `row` of the context's last decode (no grammar)."""
+        if self._row is not None:
+            return self._row.sample(logit_row(self.ctx, row, self.n_vocab))
         return int(lc.llama_sampler_sample(self.chain, self.ctx, row))
 
     def sample_logits(self, logits: np.ndarray) -> int | None:
@@ -301,22 +315,36 @@ class Sampler:
                     self._free_native()
 
     def _sample_with_grammar(self, logits: np.ndarray) -> int | None:
+        """A numpy draw when the grammar accepts it, else the chain's paths (see the module
+        docstring); accepted by the grammar, the chain and the numpy sampler."""
         grammar, candidates = self.grammar, self._candidates
         assert grammar is not None and candidates is not None
-        lc.llama_sampler_apply(self.chain, candidates.fill(logits))
-        token, _ = candidates.selected()
-        if not candidates.allows(grammar, token):
-            token = candidates.constrained(grammar, self._greedy, self._rng)
+        token = self._row.choose(logits) if self._row is not None else None
+        if token is None or not candidates.allows(grammar, token):
+            token = self._chain_choice(grammar, candidates, logits)
         if token is None:
-            ready = candidates.fill(logits)
-            lc.llama_sampler_apply(grammar, ready)
-            lc.llama_sampler_apply(self.chain, ready)
-            token, logit = candidates.selected()
-            if not math.isfinite(logit):
-                return None
+            return None
         lc.llama_sampler_accept(grammar, token)
         lc.llama_sampler_accept(self.chain, token)
+        if self._row is not None:
+            self._row.accept(token)
         return token
+
+    def _chain_choice(self, grammar: Any, candidates: Candidates, logits: np.ndarray) -> int | None:
+        """The chain's choice if the grammar accepts it, else a constrained draw, else the full
+        filter; None when the grammar allows no token."""
+        lc.llama_sampler_apply(self.chain, candidates.fill(logits))
+        token, _ = candidates.selected()
+        if candidates.allows(grammar, token):
+            return token
+        token = candidates.constrained(grammar, self._greedy, self._rng)
+        if token is not None:
+            return token
+        ready = candidates.fill(logits)
+        lc.llama_sampler_apply(grammar, ready)
+        lc.llama_sampler_apply(self.chain, ready)
+        token, logit = candidates.selected()
+        return token if math.isfinite(logit) else None
 
     def free(self) -> None:
         """Free the chain (and every sampler it owns) and the grammar, now or, while a

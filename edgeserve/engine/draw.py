@@ -1,0 +1,140 @@
+"""Exact sampling from one logit row in numpy, for sequences without top-k/top-p/min-p.
+
+llama.cpp's sampler chain copies the whole row into a candidate array on every token and its
+penalties, temperature and dist samplers each pass over all of it: ~3.4 ms a token on Gemma's
+262,144-entry vocabulary, ~6.3 ms with penalties. `RowSampler` draws from the same
+distribution (logit bias → penalties → temperature → softmax) in a few hundred microseconds:
+
+- logit bias and penalties change only their own few ids, on a copy of the row;
+- the tokens within HEAD_GAP (in units of logit/T) of the best are found in one comparison,
+  and a uniform is searched in their cumulative weights;
+- every other token weighs under e^-HEAD_GAP of the best, so the rest of the vocabulary is
+  covered by an envelope of (count · e^-HEAD_GAP). A uniform that lands there (at most
+  262,144 · e^-20 ≈ 5e-4 of the time) computes the tail's exact weights and picks among them
+  or, in the envelope's slack, draws again from the whole exact distribution: rejection
+  sampling, so every token has exactly its softmax probability.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, deque
+
+import numpy as np
+
+from edgeserve.engine.types import SamplingParams
+
+PENALTY_LAST_N = 64
+"""How many of the latest generated tokens the penalties count (llama.cpp's `penalty_last_n`)."""
+HEAD_GAP = 20.0
+"""Tokens more than this many units of logit/T below the best are drawn through the envelope."""
+
+
+class Penalties:
+    """llama.cpp's repetition, frequency and presence penalties over the last PENALTY_LAST_N
+    generated tokens (llama_sampler_init_penalties, same arithmetic)."""
+
+    def __init__(self, params: SamplingParams) -> None:
+        self.repeat = params.repeat_penalty
+        self.frequency = params.frequency_penalty
+        self.presence = params.presence_penalty
+        self.active = self.repeat != 1.0 or self.frequency != 0.0 or self.presence != 0.0
+        self._recent: deque[int] = deque(maxlen=PENALTY_LAST_N)
+        self._counts: Counter[int] = Counter()
+
+    def accept(self, token: int) -> None:
+        """Count a generated token (the oldest of a full window drops out)."""
+        if not self.active:
+            return
+        if len(self._recent) == PENALTY_LAST_N:
+            oldest = self._recent[0]
+            self._counts[oldest] -= 1
+            if not self._counts[oldest]:
+                del self._counts[oldest]
+        self._recent.append(token)
+        self._counts[token] += 1
+
+    def apply(self, logits: np.ndarray) -> None:
+        """Penalise the counted tokens of `logits` in place."""
+        if not self._counts:
+            return
+        ids = np.fromiter(self._counts.keys(), dtype=np.int64, count=len(self._counts))
+        counts = np.fromiter(self._counts.values(), dtype=np.float32, count=len(self._counts))
+        values = logits[ids]
+        values = np.where(values <= 0, values * self.repeat, values / self.repeat)
+        values -= counts * np.float32(self.frequency) + np.float32(self.presence)
+        logits[ids] = values
+
+
+class RowSampler:
+    """Greedy or exact seeded sampling of one sequence from raw logit rows, with its logit
+    bias and penalties; `rng` is the sequence's seeded generator."""
+
+    def __init__(self, params: SamplingParams, n_vocab: int, rng: np.random.Generator) -> None:
+        bias = {t: b for t, b in params.logit_bias.items() if 0 <= t < n_vocab}
+        self._bias_ids = np.fromiter(bias.keys(), dtype=np.int64, count=len(bias))
+        self._bias_values = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
+        self.penalties = Penalties(params)
+        self.greedy = params.greedy
+        self.temperature = params.temperature
+        self._rng = rng
+        self._scratch = np.empty(0, dtype=np.float32)
+
+    @staticmethod
+    def handles(params: SamplingParams) -> bool:
+        """Whether RowSampler draws for these params: greedy, or no top-k/top-p/min-p (those
+        stay in llama.cpp's chain)."""
+        return params.greedy or (params.top_k <= 0 and params.top_p >= 1.0 and params.min_p <= 0.0)
+
+    def sample(self, row: np.ndarray) -> int:
+        """The next token from a raw logit row (read, never written), counted for the penalties."""
+        token = self.choose(row)
+        self.accept(token)
+        return token
+
+    def choose(self, row: np.ndarray) -> int:
+        """A token drawn from a raw logit row (read, never written), not yet counted."""
+        logits = self._adjusted(row)
+        return int(np.argmax(logits)) if self.greedy else self._draw(logits)
+
+    def accept(self, token: int) -> None:
+        """Count a token generated after `choose` (or chosen elsewhere) for the penalties."""
+        self.penalties.accept(token)
+
+    def _adjusted(self, row: np.ndarray) -> np.ndarray:
+        """`row` after logit bias and penalties: the row itself when neither changes it."""
+        if not self._bias_ids.size and not self.penalties.active:
+            return row
+        if self._scratch.size != row.size:
+            self._scratch = np.empty(row.size, dtype=np.float32)
+        np.copyto(self._scratch, row)
+        self._scratch[self._bias_ids] += self._bias_values
+        self.penalties.apply(self._scratch)
+        return self._scratch
+
+    def _draw(self, logits: np.ndarray) -> int:
+        """A token with probability softmax(logits / T), by the head and its envelope."""
+        best = float(logits.max())
+        inside = logits >= best - HEAD_GAP * self.temperature
+        head = np.flatnonzero(inside)
+        cumulative = np.cumsum(self._weights(logits[head], best), dtype=np.float64)
+        mass = float(cumulative[-1])
+        envelope = (logits.size - head.size) * math.exp(-HEAD_GAP)
+        u = self._rng.random() * (mass + envelope)
+        if u < mass or head.size == logits.size:
+            return int(head[_find(cumulative, u)])
+        tail = np.flatnonzero(~inside)
+        cumulative = np.cumsum(self._weights(logits[tail], best))
+        if u - mass < cumulative[-1]:
+            return int(tail[_find(cumulative, u - mass)])
+        cumulative = np.cumsum(self._weights(logits, best))
+        return _find(cumulative, self._rng.random() * float(cumulative[-1]))
+
+    def _weights(self, logits: np.ndarray, best: float) -> np.ndarray:
+        """exp((logit - best) / T), in float64."""
+        return np.exp((logits.astype(np.float64) - best) / self.temperature)
+
+
+def _find(cumulative: np.ndarray, u: float) -> int:
+    """The index whose cumulative-weight interval holds `u` (zero weights are never picked)."""
+    return min(int(np.searchsorted(cumulative, u, side="right")), cumulative.size - 1)
