@@ -60,6 +60,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--structured", type=int, help="json_schema answers per server [8; quick 4]")
     p.add_argument("--embed-texts", type=int, help="texts per embeddings batch [64; quick 16]")
     p.add_argument(
+        "--sampled-temperature",
+        type=float,
+        default=0.7,
+        help="each load run is repeated at this temperature, every server's other sampling "
+        "defaults kept (0 skips it) [0.7]",
+    )
+    p.add_argument(
         "--grounded-rounds",
         type=int,
         help="rounds of the grounded workload, 0 skips it [2; quick 1]",
@@ -124,6 +131,7 @@ class Bench:
                 "prompt_words": args.prompt_words,
                 "prompt_tokens": None,
                 "quick": args.quick,
+                "sampled_temperature": args.sampled_temperature,
             },
             "machine": machine_info(),
             "runs": [],
@@ -169,6 +177,8 @@ class Bench:
             shift = (r + index) % len(entries)
             for entry in entries[shift:] + entries[:shift]:
                 await self.measured(running, entry, c, r)
+                if entry is not None and a.sampled_temperature > 0:
+                    await self.measured(running, entry, c, r, a.sampled_temperature)
         await asyncio.sleep(1.0)
         memory = {}
         for server, cpu in zip(running, idle_cpu, strict=True):
@@ -216,8 +226,16 @@ class Bench:
             if time.monotonic() + 0.6 > deadline:
                 print(f"  the machine is busy (others use {other:.1f} cores); going on")
 
-    async def measured(self, running: list[Server], entry: Server | None, c: int, rnd: int) -> None:
-        """One run (a load run, or llama-bench when `entry` is None) on a quiet machine; a run
+    async def measured(
+        self,
+        running: list[Server],
+        entry: Server | None,
+        c: int,
+        rnd: int,
+        temperature: float = 0.0,
+    ) -> None:
+        """One run (a load run at `temperature`, or llama-bench when `entry` is None) on a
+        quiet machine; a run
         during which other processes used more than a fifth of a core is done again (up to
         --noisy-retries times) and the quietest attempt is kept."""
         best: tuple[float, dict[str, Any]] | None = None
@@ -228,7 +246,7 @@ class Bench:
             if entry is None:
                 data = self.one_llama_bench(rnd)
             else:
-                data = await self.one_run(entry, c, rnd)
+                data = await self.one_run(entry, c, rnd, temperature)
             wall = time.perf_counter() - started
             data["other_cpu_s"] = meter.other()
             noise = data["other_cpu_s"] / wall
@@ -251,21 +269,23 @@ class Bench:
         print(f"  {'llama-bench':17} c=1 round {rnd}: {tg['tps']:7.1f} tok/s tg{tg['tokens']}")
         return tg | {"round": rnd}
 
-    async def one_run(self, server: Server, c: int, rnd: int) -> dict[str, Any]:
+    async def one_run(self, server: Server, c: int, rnd: int, temperature: float) -> dict[str, Any]:
         """One load run, with the CPU the server used."""
         a = self.args
         cpu0 = server.cpu()
         res = await load.run_load(
-            server.url, server.kind, c, a.requests, a.tokens, a.prompt_words, rnd
+            server.url, server.kind, c, a.requests, a.tokens, a.prompt_words, rnd, temperature
         )
         res.server_cpu_s = server.cpu() - cpu0
+        mode = f"T={temperature:g}" if temperature else "greedy"
         print(
-            f"  {server.kind:17} c={c} round {rnd}: {res.aggregate_tps:7.1f} tok/s aggregate, "
+            f"  {server.kind:17} c={c} round {rnd} {mode:6}: {res.aggregate_tps:7.1f} tok/s "
+            f"aggregate, "
             f"TTFT p50 {res.ttft_p50_ms or 0:6.0f} ms, {res.short} cut short"
             + (f", {res.errors[0]}" if res.errors else ""),
             flush=True,
         )
-        return res.to_json() | {"round": rnd}
+        return res.to_json() | {"round": rnd, "temperature": temperature}
 
     async def soak(self, running: list[Server], c: int) -> None:
         """edgeserve's resident memory over --soak-requests short mixed requests."""

@@ -54,13 +54,16 @@ def session(limit: int = 10) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(connector=connector, timeout=TIMEOUT)
 
 
-def chat_body(kind: str, messages: list[dict[str, str]], max_tokens: int) -> dict[str, Any]:
-    """A greedy streaming chat request that generates exactly `max_tokens` tokens."""
+def chat_body(
+    kind: str, messages: list[dict[str, str]], max_tokens: int, temperature: float = 0.0
+) -> dict[str, Any]:
+    """A streaming chat request that generates exactly `max_tokens` tokens: greedy, or at
+    `temperature` with the server's other sampling defaults (what a user sends)."""
     return {
         "model": "bench",
         "messages": messages,
         "max_tokens": max_tokens,
-        "temperature": 0,
+        "temperature": temperature,
         "logit_bias": eos_ban(kind),
         "stream": True,
         "stream_options": {"include_usage": True},
@@ -217,6 +220,7 @@ async def run_load(
     max_tokens: int,
     prompt_words: int,
     rnd: int = 0,
+    temperature: float = 0.0,
 ) -> RunResult:
     """`concurrency` workers each stream `per_worker` requests back to back (closed loop).
 
@@ -228,7 +232,8 @@ async def run_load(
         for r in range(per_worker):
             index = 100_000 * (rnd + 1) + 1000 * concurrency + r * concurrency + w
             messages = [{"role": "user", "content": prompt_text(index, prompt_words)}]
-            streams.append(await stream_chat(http, url, chat_body(kind, messages, max_tokens)))
+            body = chat_body(kind, messages, max_tokens, temperature)
+            streams.append(await stream_chat(http, url, body))
 
     async with session(concurrency + 2) as http:
         started = time.perf_counter()

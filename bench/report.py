@@ -24,12 +24,27 @@ RUN_ROWS = (
     ("inter-token max ms", "itl_max_ms", "{:.0f}", False),
     ("streams cut short", "short", "{:.0f}", False),
 )
+# The same load at the sampled temperature (each server's other sampling defaults).
+SAMPLED_ROWS = (
+    ("sampled aggregate tok/s", "sampled_aggregate_tps", "{:.1f}", True),
+    ("sampled per-stream tok/s p50", "sampled_stream_tps_p50", "{:.1f}", True),
+    ("sampled inter-token p99 ms", "sampled_itl_p99_ms", "{:.1f}", False),
+)
 SHORT_NAMES = {EDGESERVE: "edgeserve", LLAMA_SERVER: "llama-server", LCP_SERVER: "llama_cpp.srv"}
 
 
-def median_runs(runs: list[dict[str, Any]], server: str, c: int, key: str) -> float | None:
-    """Median over the alternated rounds (a sum for counts of cut-short streams)."""
-    values = [r[key] for r in runs if r["server"] == server and r["concurrency"] == c]
+def median_runs(
+    runs: list[dict[str, Any]], server: str, c: int, key: str, temperature: float = 0.0
+) -> float | None:
+    """Median over the alternated rounds at `temperature` (0: greedy), a sum for counts of
+    cut-short streams."""
+    values = [
+        r[key]
+        for r in runs
+        if r["server"] == server
+        and r["concurrency"] == c
+        and r.get("temperature", 0.0) == temperature
+    ]
     values = [v for v in values if v is not None]
     if not values:
         return None
@@ -47,10 +62,15 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
             "runs": len(lb),
         }
     out: dict[str, Any] = {}
+    temperature = results["config"].get("sampled_temperature") or 0.0
     for c in results["config"]["concurrency"]:
         level: dict[str, Any] = {}
         for server in results["config"]["servers"]:
             row = {key: median_runs(results["runs"], server, c, key) for _, key, _, _ in RUN_ROWS}
+            for _, key, _, _ in SAMPLED_ROWS:
+                row[key] = median_runs(
+                    results["runs"], server, c, key.removeprefix("sampled_"), temperature
+                )
             row.update(results["memory"].get(f"{server}@{c}", {}))
             level[server] = row
         out[str(c)] = level
@@ -92,7 +112,7 @@ def table(results: dict[str, Any]) -> str:
     )
     for c, level in results["summary"].items():
         lines.append(f"concurrency {c} (--parallel {c}, {cfg['requests'][c]} requests per round)")
-        rows = [(label, key, spec, 1.0) for label, key, spec, _ in RUN_ROWS]
+        rows = [(label, key, spec, 1.0) for label, key, spec, _ in RUN_ROWS + SAMPLED_ROWS]
         rows += [(label, key, "{:.0f}", 1.0 / MIB) for label, key in mem_rows]
         rows.append(("idle CPU %", "idle_cpu_pct", "{:.0f}", 1.0))
         for label, key, spec, scale in rows:
@@ -239,6 +259,13 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
             1.0,
         )
     )
+    for c, key, what in (
+        (1, "sampled_stream_tps_p50", "sampled one stream tok/s"),
+        (8, "sampled_aggregate_tps", "sampled 8 streams aggregate"),
+    ):
+        ours, theirs = get(c, EDGESERVE, key), get(c, LLAMA_SERVER, key)
+        if ours is not None:
+            out.append(_cmp(f"{what} >= llama-server", ours, theirs, 1.0))
     for c in cfg["concurrency"]:
         es, ls = get(c, EDGESERVE, "ttft_p50_ms"), get(c, LLAMA_SERVER, "ttft_p50_ms")
         out.append(_at_most(f"TTFT p50 <= 1.1 x llama-server's (c={c})", es, ls, 1.1, "ms"))
