@@ -166,7 +166,7 @@ def test_continuation_needs_a_repeated_tail_of_two_tokens():
     assert index.continuation(4) == [7, 5, 6]
 
 
-def test_drafter_grows_on_success_and_backs_off_on_failure():
+def test_drafter_grows_on_success_and_shrinks_after_a_partial_draft():
     drafter = Drafter([*range(1, 40), 1, 2])
     assert drafter.draft([], 64) == list(range(3, 3 + speculation.FIRST_LENGTH))
     drafter.adapt(speculation.FIRST_LENGTH, speculation.FIRST_LENGTH)
@@ -175,11 +175,30 @@ def test_drafter_grows_on_success_and_backs_off_on_failure():
     drafter.adapt(16, 5)
     assert len(drafter.draft([], 64)) == 10  # twice what was kept
     drafter.adapt(10, 0)
-    assert drafter.draft([], 64) == []  # waits one step
-    assert len(drafter.draft([], 64)) == speculation.MIN_LENGTH
-    drafter.adapt(4, 0)
-    assert drafter.draft([], 64) == [] and drafter.draft([], 64) == []  # then two
-    assert drafter.draft([], 64) != []
+    assert len(drafter.draft([], 64)) == speculation.MIN_LENGTH  # one miss: still drafting
+
+
+def waits(drafter: Drafter) -> int:
+    """Steps without a draft before the next one."""
+    for steps in range(100):
+        if drafter.draft([], 64):
+            return steps
+    raise AssertionError("never drafts again")
+
+
+def test_drafts_that_keep_too_little_to_pay_are_spaced_out():
+    drafter = Drafter([*range(1, 40), 1, 2])
+    kept_one = [1] * 9  # one kept token a draft does not pay for the longer step
+    gaps = []
+    for kept in kept_one:
+        drafter.draft([], 64)
+        drafter.adapt(8, kept)
+        gaps.append(waits(drafter))
+    assert drafter.expected < speculation.PAYOFF
+    assert gaps[-4:] == [1, 2, 4, 8], gaps  # the waits double once below the payoff
+    for _ in range(4):
+        drafter.adapt(8, 8)  # drafts kept whole: back to drafting every step
+    assert waits(drafter) == 0 and drafter.expected >= speculation.PAYOFF
 
 
 def test_drafter_reads_the_answer_as_it_grows():
