@@ -52,38 +52,49 @@ def _normalised(vector: np.ndarray) -> np.ndarray:
     return (vector / norm if norm > 0 else vector).astype(np.float32)
 
 
-class PooledEmbeddings:
-    """llama.cpp's own pooled embeddings of whole texts, side by side (one sequence each)."""
+class _EmbeddingsContext:
+    """A llama.cpp context and a batch of `capacity` tokens, for one kind of embeddings."""
 
-    whole_texts = True
-
-    def __init__(self, ctx: Any, capacity: int, n_embd: int) -> None:
+    def __init__(self, ctx: Any, capacity: int) -> None:
         self.ctx = ctx
         self.memory = lc.llama_get_memory(ctx)
-        self.n_embd = n_embd
         self.batch = TokenBatch(capacity)
 
-    def embed(self, spans: Sequence[EmbedSpan]) -> list[np.ndarray | None]:
-        """The vector of each span, every one a whole text."""
-        assert all(span.start == 0 and span.last for span in spans)
-        lc.llama_memory_clear(self.memory, True)
+    def _decode(self, spans: Sequence[EmbedSpan]) -> None:
+        """Decode the spans side by side, every token an output; RuntimeError on failure."""
         batch = self.batch
         batch.clear()
         for span in spans:
-            batch.add_span(span.tokens, 0, span.seq, range(len(span.tokens)))
+            batch.add_span(span.tokens, span.start, span.seq, range(len(span.tokens)))
         rc = batch.decode(self.ctx)
         if rc != 0:
             raise RuntimeError(f"llama_decode (embeddings) failed with status {rc}")
-        vectors: list[np.ndarray | None] = []
-        for span in spans:
-            pooled = lc.llama_get_embeddings_seq(self.ctx, span.seq)
-            vectors.append(_normalised(np.ctypeslib.as_array(pooled, shape=(self.n_embd,))))
-        return vectors
 
     def close(self) -> None:
         """Free the context and the batch."""
         self.batch.free()
         lc.llama_free(self.ctx)
+
+
+class PooledEmbeddings(_EmbeddingsContext):
+    """llama.cpp's own pooled embeddings of whole texts, side by side (one sequence each)."""
+
+    whole_texts = True
+
+    def __init__(self, ctx: Any, capacity: int, n_embd: int) -> None:
+        super().__init__(ctx, capacity)
+        self.n_embd = n_embd
+
+    def embed(self, spans: Sequence[EmbedSpan]) -> list[np.ndarray | None]:
+        """The vector of each span, every one a whole text."""
+        assert all(span.start == 0 and span.last for span in spans)
+        lc.llama_memory_clear(self.memory, True)
+        self._decode(spans)
+        vectors: list[np.ndarray | None] = []
+        for span in spans:
+            pooled = lc.llama_get_embeddings_seq(self.ctx, span.seq)
+            vectors.append(_normalised(np.ctypeslib.as_array(pooled, shape=(self.n_embd,))))
+        return vectors
 
 
 class HiddenStateReader:
@@ -114,16 +125,14 @@ class HiddenStateReader:
         return rows
 
 
-class HiddenStateEmbeddings:
+class HiddenStateEmbeddings(_EmbeddingsContext):
     """Mean-pooled final hidden states of a causal model, decoded in chunks."""
 
     whole_texts = False
 
     def __init__(self, ctx: Any, reader: HiddenStateReader, capacity: int) -> None:
-        self.ctx = ctx
-        self.memory = lc.llama_get_memory(ctx)
+        super().__init__(ctx, capacity)
         self.reader = reader
-        self.batch = TokenBatch(capacity)
         self.sums: dict[int, np.ndarray] = {}
 
     def embed(self, spans: Sequence[EmbedSpan]) -> list[np.ndarray | None]:
@@ -134,14 +143,8 @@ class HiddenStateEmbeddings:
         for seq in [seq for seq in self.sums if seq not in continued]:
             lc.llama_memory_seq_rm(self.memory, seq, -1, -1)
             del self.sums[seq]
-        batch = self.batch
-        batch.clear()
-        for span in spans:
-            batch.add_span(span.tokens, span.start, span.seq, range(len(span.tokens)))
-        rc = batch.decode(self.ctx)
-        if rc != 0:
-            raise RuntimeError(f"llama_decode (embeddings) failed with status {rc}")
-        rows = self.reader.take(batch.n)
+        self._decode(spans)
+        rows = self.reader.take(self.batch.n)
         vectors: list[np.ndarray | None] = []
         at = 0
         for span in spans:
@@ -158,8 +161,3 @@ class HiddenStateEmbeddings:
                 self.sums[span.seq] = total
                 vectors.append(None)
         return vectors
-
-    def close(self) -> None:
-        """Free the context and the batch."""
-        self.batch.free()
-        lc.llama_free(self.ctx)

@@ -491,12 +491,10 @@ class Engine:
         """Sample row `row` and the draft's rows after it in order, keeping each drafted token
         only while it is the token sampled before it (speculation.py): the answer is the one
         of sampling one row per step. Cells of rejected drafts go."""
-        backend = self.backend
         scheduler = self.scheduler
-        assert backend is not None and scheduler is not None
+        assert scheduler is not None
         drafter = choice.drafter
         assert drafter is not None
-        wanted = job.request.params.logprobs is not None
         drafter.drafted += len(draft)
         self.drafted += len(draft)
         accepted = 0
@@ -509,8 +507,7 @@ class Engine:
                 accepted += 1
                 drafter.accepted += 1
                 self.draft_accepted += 1
-            logits = backend.logit_row(row + offset) if wanted else None
-            self._on_token(job, choice, token, logits)
+            self._on_sampled(job, choice, token, row + offset)
             if choice.done or not kept:
                 break
         if not choice.done:
@@ -523,15 +520,20 @@ class Engine:
         assert backend is not None
         sampler = choice.sampler
         if not sampler.detached:
-            wanted = job.request.params.logprobs is not None
-            self._on_token(
-                job, choice, sampler.sample(row), backend.logit_row(row) if wanted else None
-            )
+            self._on_sampled(job, choice, sampler.sample(row), row)
             return
         logits = backend.logit_row(row).copy()
         future = self._grammar.submit(sampler.sample_logits, logits)
         choice.pending = (future, logits)
         future.add_done_callback(self._wake)
+
+    def _on_sampled(self, job: Job, choice: Choice, token: int | None, row: int) -> None:
+        """`_on_token` for a token sampled in place from batch row `row` (read for log-probs
+        when asked)."""
+        backend = self.backend
+        assert backend is not None
+        wanted = job.request.params.logprobs is not None
+        self._on_token(job, choice, token, backend.logit_row(row) if wanted else None)
 
     def _wake(self, _future: object) -> None:
         with self._cond:
