@@ -224,13 +224,15 @@ async def run_load(
 ) -> RunResult:
     """`concurrency` workers each stream `per_worker` requests back to back (closed loop).
 
-    Prompts depend on (round, concurrency, request): a later round never hits a prompt cache
-    filled by an earlier one, and every server gets the same prompts in the same round."""
+    Prompts depend on (round, concurrency, request, greedy or sampled): a later run never hits
+    a prompt cache filled by an earlier one (llama-server keeps past prompts in RAM), and every
+    server gets the same prompts in the same run."""
     streams: list[Stream] = []
 
     async def worker(w: int, http: aiohttp.ClientSession) -> None:
         for r in range(per_worker):
             index = 100_000 * (rnd + 1) + 1000 * concurrency + r * concurrency + w
+            index += 50_000 if temperature else 0
             messages = [{"role": "user", "content": prompt_text(index, prompt_words)}]
             body = chat_body(kind, messages, max_tokens, temperature)
             streams.append(await stream_chat(http, url, body))

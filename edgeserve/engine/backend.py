@@ -113,7 +113,8 @@ class Backend(KvCache, Protocol):
 
     def decode(self) -> int:
         """Decode `batch` in the generation context: 0 done, 1 no room in the KV cache (nothing
-        stored), anything else a broken context."""
+        stored), anything else a broken context. Returns once the step is computed (on an
+        accelerator too), so its duration is the step's cost (`StepCost`)."""
         ...
 
     def new_sampler(
@@ -230,7 +231,10 @@ class LlamaBackend:
 
     def decode(self) -> int:
         """Decode the batch in the generation context (see Backend.decode)."""
-        return self.batch.decode(self.model.ctx)
+        rc = self.batch.decode(self.model.ctx)
+        if rc == 0:
+            lc.llama_synchronize(self.model.ctx)
+        return rc
 
     def new_sampler(self, params: SamplingParams, seed_offset: int, gbnf: str | None) -> Sampler:
         """A native sampler chain (and grammar) reading this context's logits."""

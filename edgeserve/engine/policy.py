@@ -44,7 +44,7 @@ from edgeserve.engine.jobs import (
 )
 from edgeserve.engine.scoring import TextState
 from edgeserve.engine.slots import SlotPool
-from edgeserve.engine.speculation import Drafter, draft_room
+from edgeserve.engine.speculation import Drafter, StepCost, draft_room
 
 # Tokens (and logit rows) per score decode: a multiple of the CPU kernels' row blocks, so a
 # chunked text gives the same rows as a lone decode.
@@ -78,6 +78,11 @@ class GenerationPlan:
     # (job, prompt tokens taken, batch row of the prompt's last token when this chunk ends it)
     prefills: list[tuple[Job, int, int | None]] = field(default_factory=list)
 
+    @property
+    def logit_rows(self) -> int:
+        """The rows this step asks logits for (next tokens and drafts), prompts aside."""
+        return sum(1 + len(draft) for _, _, _, draft in self.rows)
+
 
 @dataclass
 class ScorePlan:
@@ -104,6 +109,7 @@ class Scheduler:
         self.n_seq = n_seq
         self.prefill_chunk = max(1, prefill_chunk)
         self.draft_max = draft_max
+        self.step_cost = StepCost()
         self.slots = SlotPool(n_seq)
         self.waiting: deque[AnyJob] = deque()
         self.active: list[Job] = []
@@ -327,9 +333,11 @@ class Scheduler:
             generating += 1
             stepping += [(job, c) for c in job.choices if not c.done and c.pending is None]
         room = draft_room(len(stepping), self.draft_max)
+        threshold = self.step_cost.threshold(len(stepping))
         for job, choice in stepping:
             row = batch.add(choice.last_token, choice.n_past, choice.seq_id, True)
-            draft = self._draft(job, choice, room, batch.room - len(stepping) + len(plan.rows))
+            batch_room = batch.room - len(stepping) + len(plan.rows)
+            draft = self._draft(job, choice, min(room, batch_room), threshold)
             if draft:
                 batch.add_span(draft, choice.n_past + 1, choice.seq_id, range(len(draft)))
             plan.rows.append((row, job, choice, tuple(draft)))
@@ -358,20 +366,15 @@ class Scheduler:
             plan.prefills.append((job, take, start + take - 1 if last else None))
         return plan
 
-    def _draft(self, job: Job, choice: Choice, room: int, batch_room: int) -> list[int]:
+    def _draft(self, job: Job, choice: Choice, room: int, threshold: float) -> list[int]:
         """The tokens `choice` drafts this step (see speculation.py): none for a grammar's
         detached sampler, and never past the answer's token limit or the context."""
         if self.draft_max <= 0 or choice.sampler.detached:
             return []
         if choice.drafter is None:
             choice.drafter = Drafter(job.tokens)
-        limit = min(
-            room,
-            batch_room,
-            job.prompt.max_new - choice.n_gen - 1,
-            self.n_ctx - choice.n_past - 2,
-        )
-        return choice.drafter.draft(choice.generated, limit)
+        limit = min(room, job.prompt.max_new - choice.n_gen - 1, self.n_ctx - choice.n_past - 2)
+        return choice.drafter.draft(choice.generated, limit, threshold)
 
     def commit(self, plan: GenerationPlan) -> list[tuple[int, Job, Choice, tuple[int, ...]]]:
         """The plan's decode succeeded: advance every sequence by its next token, copy

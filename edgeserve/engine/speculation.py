@@ -8,35 +8,42 @@ engine then samples the rows in order with the sequence's own sampler and keeps 
 only while the sampled token equals it, so the answer is the one the sampler would have made
 one token per step (the rejected drafts' cells are removed from the KV cache).
 
-What a draft costs depends on the hardware. On a CPU a small model's step is bound by reading
-the weights: here (Gemma 3 270M, 2 cores) one row takes ~25 ms and any batch of 2 to 48 rows
-~45 ms, so a draft costs nearly a whole step however long it is, and pays once it keeps about
-one token. Each sequence therefore drafts long while its drafts are kept, and keeps a moving
-average of the tokens its drafts kept: while that is below PAYOFF it waits a growing number
-of steps between drafts (sampled free text keeps ~40% of drafted tokens, 0.5-1 a draft, which
-does not pay for the step's extra ~20 ms). The scheduler
-caps the rows of a step (`draft_room`), so drafts shrink as more sequences generate at once.
+Whether a draft pays depends on the hardware, so the engine measures it (`StepCost`): on a GPU
+an extra logit row costs a small share of a step and long drafts pay even when half of them
+is kept; on a small CPU (Gemma 3 270M on 2 AVX2 cores: 21 ms for one row, +14 ms for each
+more) a row costs most of a step, and only drafts kept ~80% of the time pay. Each sequence
+estimates how likely its next drafted token is to be kept (`Drafter.acceptance`, from its
+recent drafts) and drafts the positions whose chance of being kept is above the share of the
+step one more row costs (`StepCost.threshold`); a sequence whose drafts do not pay drafts a
+short probe after a growing wait, to notice when its answer starts copying. The scheduler
+caps the rows of a step (`draft_room`), and the threshold grows with the sequences in a step,
+so drafts shrink as more sequences generate at once.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 # Tail lengths looked up, longest first: a longer match is a better predictor.
 NGRAM_SIZES = (4, 3, 2)
 # Logit rows a generation step may hold for drafts and next tokens together.
 STEP_ROWS = 32
-# A sequence's first draft length; it doubles while drafts are kept whole.
-FIRST_LENGTH = 8
-# The shortest draft after a partly kept one.
-MIN_LENGTH = 4
-# The longest wait, in steps, before a sequence whose drafts keep failing drafts again.
-MAX_BACKOFF = 32
-# Kept tokens per draft (moving average) below which a sequence waits between drafts.
-PAYOFF = 1.5
-# Weight of the latest draft in that average; a new sequence starts hopeful.
-AVERAGE_WEIGHT = 0.3
-FIRST_EXPECTATION = 4.0
+# Tokens drafted by a sequence whose drafts do not pay, once its wait is over.
+PROBE_LENGTH = 2
+# The longest wait, in steps, before such a sequence probes again.
+MAX_BACKOFF = 64
+# A new sequence's belief about its drafts: KEPT tokens kept for MISSED rejections.
+PRIOR_KEPT = 3.0
+PRIOR_MISSED = 1.0
+# Weight left to earlier drafts at each verification (recent drafts count most).
+DRAFT_MEMORY = 0.8
+# Weight left to earlier steps at each recorded step, and the spread of rows (variance, in
+# rows squared) below which the steps say nothing of a row's cost: the threshold is then
+# PRIOR_THRESHOLD.
+STEP_MEMORY = 0.995
+MIN_ROW_SPREAD = 0.05
+PRIOR_THRESHOLD = 0.5
 
 
 def draft_room(generating_rows: int, draft_max: int) -> int:
@@ -44,6 +51,52 @@ def draft_room(generating_rows: int, draft_max: int) -> int:
     if generating_rows <= 0:
         return 0
     return max(0, min(draft_max, STEP_ROWS // generating_rows - 1))
+
+
+class StepCost:
+    """Decode time against logit rows on this hardware: a least-squares line
+    `seconds = fixed + per_row * rows` over the recent generation steps (older steps weigh
+    less, so it follows the machine's load)."""
+
+    def __init__(self) -> None:
+        self._weight = 0.0
+        self._rows = 0.0
+        self._rows2 = 0.0
+        self._seconds = 0.0
+        self._cross = 0.0
+
+    def record(self, rows: int, seconds: float) -> None:
+        """One generation step (no prompt tokens in it): `rows` logit rows in `seconds`."""
+        keep = STEP_MEMORY
+        self._weight = keep * self._weight + 1.0
+        self._rows = keep * self._rows + rows
+        self._rows2 = keep * self._rows2 + rows * rows
+        self._seconds = keep * self._seconds + seconds
+        self._cross = keep * self._cross + rows * seconds
+
+    def line(self) -> tuple[float, float] | None:
+        """(fixed, per_row) seconds, or None while the steps' rows hardly vary."""
+        if self._weight <= 0.0:
+            return None
+        mean_rows = self._rows / self._weight
+        spread = self._rows2 / self._weight - mean_rows * mean_rows
+        if spread < MIN_ROW_SPREAD:
+            return None
+        mean_seconds = self._seconds / self._weight
+        per_row = (self._cross / self._weight - mean_rows * mean_seconds) / spread
+        per_row = max(0.0, per_row)
+        return max(0.0, mean_seconds - per_row * mean_rows), per_row
+
+    def threshold(self, sequences: int) -> float:
+        """The chance of being kept a drafted token needs to pay in a step of `sequences`
+        next tokens: the share of that step one more row costs (then the tokens it is
+        expected to add come at least as fast as the step's own)."""
+        line = self.line()
+        if line is None:
+            return PRIOR_THRESHOLD
+        fixed, per_row = line
+        step = fixed + per_row * max(1, sequences)
+        return 0.0 if step <= 0.0 else per_row * max(1, sequences) / step
 
 
 class NgramIndex:
@@ -77,42 +130,58 @@ class NgramIndex:
 
 
 class Drafter:
-    """One sequence's drafts: its n-gram index and how well its drafts have done."""
+    """One sequence's drafts: its n-gram index and how often its drafted tokens were kept."""
 
     def __init__(self, prompt: Sequence[int]) -> None:
         self.index = NgramIndex()
         self.index.extend(prompt)
         self._prompt_len = len(prompt)
-        self.length = FIRST_LENGTH
+        self._kept = PRIOR_KEPT
+        self._missed = PRIOR_MISSED
         self._wait = 0
         self._backoff = 1
-        self.expected = FIRST_EXPECTATION
         self.drafted = 0
         self.accepted = 0
 
-    def draft(self, generated: Sequence[int], room: int) -> list[int]:
-        """Tokens to verify after the sequence's next token: at most `room` (none while
-        waiting after failed drafts). `generated` is the answer so far."""
+    @property
+    def acceptance(self) -> float:
+        """The estimated chance that a drafted token is kept, given the one before it was
+        (the tokens kept for each rejection, over the recent drafts)."""
+        return self._kept / (self._kept + self._missed)
+
+    def length(self, threshold: float) -> int:
+        """How many tokens pay at `threshold`: the positions whose chance of being reached
+        and kept (acceptance to the power of the position) is above it."""
+        a = self.acceptance
+        if a <= threshold:
+            return 0
+        if threshold <= 0.0 or a >= 1.0:
+            return STEP_ROWS
+        return min(STEP_ROWS, math.floor(math.log(threshold) / math.log(a)))
+
+    def draft(self, generated: Sequence[int], room: int, threshold: float) -> list[int]:
+        """Tokens to verify after the sequence's next token: at most `room`, as many as pay
+        at `threshold` (`StepCost.threshold`), or a short probe now and then when none pay.
+        `generated` is the answer so far."""
         seen = len(self.index.tokens) - self._prompt_len
         if seen < len(generated):
             self.index.extend(generated[seen:])
         if room <= 0:
             return []
-        if self._wait > 0:
+        length = self.length(threshold)
+        if length > 0:
+            self._backoff = 1
+        elif self._wait > 0:
             self._wait -= 1
             return []
-        return self.index.continuation(min(room, self.length))
+        else:
+            length = PROBE_LENGTH
+            self._wait = self._backoff
+            self._backoff = min(2 * self._backoff, MAX_BACKOFF)
+        return self.index.continuation(min(room, length))
 
     def adapt(self, drafted: int, accepted: int) -> None:
         """Learn from a verified draft: `accepted` of its `drafted` tokens were kept. (The
         engine counts `drafted` and `accepted` as it verifies.)"""
-        if accepted == drafted:
-            self.length = min(2 * self.length, STEP_ROWS)
-        else:
-            self.length = max(MIN_LENGTH, 2 * accepted)
-        self.expected += AVERAGE_WEIGHT * (accepted - self.expected)
-        if self.expected < PAYOFF:
-            self._wait = self._backoff
-            self._backoff = min(2 * self._backoff, MAX_BACKOFF)
-        else:
-            self._backoff = 1
+        self._kept = DRAFT_MEMORY * self._kept + accepted
+        self._missed = DRAFT_MEMORY * self._missed + (1.0 if accepted < drafted else 0.0)

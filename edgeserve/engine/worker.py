@@ -464,6 +464,7 @@ class Engine:
         scheduler = self.scheduler
         backend = self.backend
         assert scheduler is not None and backend is not None
+        started = time.perf_counter()
         try:
             rc = backend.decode()
         except Exception as exc:
@@ -476,6 +477,8 @@ class Engine:
         if rc != 0:
             self._restart(f"llama_decode returned {rc}")
             return
+        if plan.rows and not plan.prefills:
+            scheduler.step_cost.record(plan.logit_rows, time.perf_counter() - started)
         for row, job, choice, draft in scheduler.commit(plan):
             if job.state.ended or choice.done:
                 continue

@@ -11,13 +11,26 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from edgeserve.engine import speculation
-from edgeserve.engine.speculation import Drafter, NgramIndex, draft_room
+from edgeserve.engine import policy, speculation
+from edgeserve.engine.speculation import Drafter, NgramIndex, StepCost, draft_room
 from edgeserve.engine.types import Finished, GrammarSpec, TokenLogprob
 from tests.unit.fake_backend import EOS, FIRST_LETTER, history_logits
 from tests.unit.test_engine_fake_backend import Harness, answers, finishes
 
 REPEATING = "abcd efgh abcd efgh abcd efgh abcd"
+CHEAP = 0.3  # a drafted token pays when kept 30% of the time (a row costs 30% of a step)
+
+
+class CheapRows(StepCost):
+    """The engine's step costs, fixed: a row costs CHEAP of a step."""
+
+    def threshold(self, sequences: int) -> float:
+        return CHEAP
+
+
+@pytest.fixture(autouse=True)
+def cheap_rows(monkeypatch) -> None:
+    monkeypatch.setattr(policy, "StepCost", CheapRows)
 
 
 def oracle(right: int):
@@ -166,46 +179,86 @@ def test_continuation_needs_a_repeated_tail_of_two_tokens():
     assert index.continuation(4) == [7, 5, 6]
 
 
-def test_drafter_grows_on_success_and_shrinks_after_a_partial_draft():
+def test_a_drafter_drafts_the_positions_likely_enough_to_be_kept():
     drafter = Drafter([*range(1, 40), 1, 2])
-    assert drafter.draft([], 64) == list(range(3, 3 + speculation.FIRST_LENGTH))
-    drafter.adapt(speculation.FIRST_LENGTH, speculation.FIRST_LENGTH)
-    assert len(drafter.draft([], 64)) == 2 * speculation.FIRST_LENGTH
-    assert len(drafter.draft([], 5)) == 5  # never more than the room
-    drafter.adapt(16, 5)
-    assert len(drafter.draft([], 64)) == 10  # twice what was kept
-    drafter.adapt(10, 0)
-    assert len(drafter.draft([], 64)) == speculation.MIN_LENGTH  # one miss: still drafting
+    a = drafter.acceptance
+    assert a == speculation.PRIOR_KEPT / (speculation.PRIOR_KEPT + speculation.PRIOR_MISSED)
+    assert a**2 > 0.5 > a**3
+    assert drafter.draft([], 64, 0.5) == [3, 4]
+    assert drafter.length(0.0) == speculation.STEP_ROWS  # rows cost nothing
+    assert drafter.length(a) == 0
+    assert len(drafter.draft([], 5, 0.0)) == 5  # never more than the room
+    for _ in range(6):
+        drafter.adapt(8, 8)  # drafts kept whole: longer drafts
+    assert drafter.acceptance > 0.95 and drafter.length(0.7) >= 8
+    drafter.adapt(8, 1)
+    drafter.adapt(8, 0)
+    assert drafter.length(0.7) < 8  # two misses in a row: shorter again
 
 
-def waits(drafter: Drafter) -> int:
+def waits(drafter: Drafter, threshold: float) -> int:
     """Steps without a draft before the next one."""
-    for steps in range(100):
-        if drafter.draft([], 64):
+    for steps in range(200):
+        if drafter.draft([], 64, threshold):
             return steps
     raise AssertionError("never drafts again")
 
 
-def test_drafts_that_keep_too_little_to_pay_are_spaced_out():
+def test_drafts_that_do_not_pay_become_spaced_out_probes():
     drafter = Drafter([*range(1, 40), 1, 2])
-    kept_one = [1] * 9  # one kept token a draft does not pay for the longer step
-    gaps = []
-    for kept in kept_one:
-        drafter.draft([], 64)
-        drafter.adapt(8, kept)
-        gaps.append(waits(drafter))
-    assert drafter.expected < speculation.PAYOFF
-    assert gaps[-4:] == [1, 2, 4, 8], gaps  # the waits double once below the payoff
     for _ in range(4):
-        drafter.adapt(8, 8)  # drafts kept whole: back to drafting every step
-    assert waits(drafter) == 0 and drafter.expected >= speculation.PAYOFF
+        drafter.adapt(4, 0)
+    assert drafter.length(0.7) == 0
+    gaps = []
+    for _ in range(8):
+        gaps.append(waits(drafter, 0.7))
+        drafter.adapt(speculation.PROBE_LENGTH, 0)
+    assert gaps == [0, 1, 2, 4, 8, 16, 32, 64], gaps
+    assert len(drafter.draft([], 64, 0.7)) in (0, speculation.PROBE_LENGTH)
+    for _ in range(8):
+        drafter.adapt(2, 2)  # the answer started copying: probes are kept whole
+    assert waits(drafter, 0.7) <= speculation.MAX_BACKOFF
+    assert waits(drafter, 0.7) == 0 and drafter.length(0.7) > speculation.PROBE_LENGTH
+
+
+def test_step_cost_learns_what_a_row_costs():
+    cost = StepCost()
+    assert cost.threshold(1) == speculation.PRIOR_THRESHOLD  # nothing measured yet
+    for _ in range(20):
+        cost.record(1, 0.021)
+    assert cost.line() is None, "steps of one row say nothing of a row's cost"
+    cpu = StepCost()  # ~this machine: 6 ms a step, 14 ms a row
+    for rows in [1, 2, 1, 5, 1, 1, 8, 3] * 5:
+        cpu.record(rows, 0.006 + 0.014 * rows)
+    fixed, per_row = cpu.line()
+    assert fixed == pytest.approx(0.006) and per_row == pytest.approx(0.014)
+    assert cpu.threshold(1) == pytest.approx(0.014 / 0.020)
+    assert cpu.threshold(8) == pytest.approx(0.112 / 0.118)  # busier: drafts must be surer
+    gpu = StepCost()  # a row costs little beside the step
+    for rows in [1, 2, 1, 5, 1, 9] * 5:
+        gpu.record(rows, 0.010 + 0.0002 * rows)
+    assert gpu.threshold(1) < 0.05
+    noisy = StepCost()  # more rows took less time: no cost is learned below zero
+    for rows, seconds in [(1, 0.02), (4, 0.01)] * 4:
+        noisy.record(rows, seconds)
+    assert noisy.threshold(1) == 0.0
+
+
+def test_step_cost_follows_a_change_of_load():
+    cost = StepCost()
+    for rows in [1, 4] * 200:
+        cost.record(rows, 0.010 + 0.001 * rows)
+    cheap = cost.threshold(1)
+    for rows in [1, 4] * 400:
+        cost.record(rows, 0.010 + 0.020 * rows)  # the machine got busy
+    assert cheap < 0.15 < 0.6 < cost.threshold(1)
 
 
 def test_drafter_reads_the_answer_as_it_grows():
     drafter = Drafter([7, 8, 9])
-    assert drafter.draft([], 4) == []
-    assert drafter.draft([7, 8], 4) == [9, 7, 8]
-    assert drafter.draft([7, 8], 0) == []
+    assert drafter.draft([], 4, CHEAP) == []
+    assert drafter.draft([7, 8], 4, 0.0) == [9, 7, 8]
+    assert drafter.draft([7, 8], 0, 0.0) == []
 
 
 def test_draft_room_shrinks_as_more_sequences_generate():
