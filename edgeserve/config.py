@@ -260,7 +260,11 @@ class Settings:
         shown="unset: plain HTTP",
     )
     ssl_keyfile: str | None = _setting(
-        None, _text, "PEM private key of --ssl-certfile (unencrypted)", "FILE", path=True,
+        None,
+        _text,
+        "PEM private key of --ssl-certfile (unencrypted)",
+        "FILE",
+        path=True,
         shown="unset",
     )
     ssl_ca_certs: str | None = _setting(

@@ -59,5 +59,5 @@ def grammar_check(model_path: Path) -> Iterator[object]:
 def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
     """A test CA and the certificates it signs (tests/tls_certs.py), made once per session."""
     if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed (apt-get install openssl; `make test` does it as root)")
+        pytest.skip("openssl is not installed (apt-get install openssl; make test does, as root)")
     return make_certificates(tmp_path_factory.mktemp("tls"))

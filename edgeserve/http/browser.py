@@ -73,7 +73,7 @@ def host_allowed(host_header: str, bound: str, allowed: tuple[str, ...]) -> bool
     host = host_name(host_header)
     if ANY_HOST in allowed or is_loopback(host) or host in allowed:
         return True
-    if any(entry.startswith(".") and (host == entry[1:] or host.endswith(entry)) for entry in allowed):
+    if any(entry.startswith(".") and f".{host}".endswith(entry) for entry in allowed):
         return True
     address, bound_address = _address(host), _address(host_name(bound))
     if address is None:

@@ -124,7 +124,9 @@ def host_error(host: str) -> str:
     return Detail.HOST_NOT_ALLOWED.format(host=host_name(host))
 
 
-@pytest.mark.parametrize("host", ["localhost", "localhost:8000", "127.0.0.1", "[::1]:9", "LOCALHOST."])
+@pytest.mark.parametrize(
+    "host", ["localhost", "localhost:8000", "127.0.0.1", "[::1]:9", "LOCALHOST."]
+)
 async def test_loopback_hosts_are_served(client, host):
     async with client.get(MODELS, headers={"Host": host}) as resp:
         assert resp.status == 200

@@ -293,7 +293,12 @@ BAD = [
         "name, an IP address or *",
     ),
     (["--allowed-hosts", "*"], {}, None, ANY_HOST_NEEDS.format(host="127.0.0.1")),
-    (["--allowed-hosts", "*", "--host", "0.0.0.0"], {}, None, ANY_HOST_NEEDS.format(host="0.0.0.0")),
+    (
+        ["--allowed-hosts", "*", "--host", "0.0.0.0"],
+        {},
+        None,
+        ANY_HOST_NEEDS.format(host="0.0.0.0"),
+    ),
     (
         ["--allowed-hosts", "*", "--api-key", "k", "--host", "localhost"],
         {},
@@ -514,7 +519,8 @@ def test_toml_keys_with_dashes_or_underscores(tmp_path):
 
 def test_cors_entries_are_normalised(model):
     argv = ["--model", str(model), "--cors-origins", "HTTPS://App.Example/, LOCAL, *, reference"]
-    assert load_settings(argv, {}).cors_origins == ("https://app.example", "local", "*", "reference")
+    expected = ("https://app.example", "local", "*", "reference")
+    assert load_settings(argv, {}).cors_origins == expected
     assert load_settings(["--model", str(model), "--cors-origins", ""], {}).cors_origins == ()
 
 
