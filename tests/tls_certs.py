@@ -37,25 +37,82 @@ def _openssl(folder: Path, *args: str) -> None:
 def _leaf(folder: Path, name: str, subject: str, extensions: str) -> None:
     """`name`.pem and `name`.key, signed by ca.pem."""
     (folder / f"{name}.ext").write_text(_LEAF + extensions)
-    _openssl(folder, "req", "-new", *_EC, "-keyout", f"{name}.key", "-out", f"{name}.csr",
-             "-subj", subject)
-    _openssl(folder, "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-             "-CAcreateserial", "-days", "2", "-out", f"{name}.pem", "-extfile", f"{name}.ext")
+    _openssl(
+        folder,
+        "req",
+        "-new",
+        *_EC,
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.csr",
+        "-subj",
+        subject,
+    )
+    _openssl(
+        folder,
+        "x509",
+        "-req",
+        "-in",
+        f"{name}.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-out",
+        f"{name}.pem",
+        "-extfile",
+        f"{name}.ext",
+    )
 
 
 def make_certificates(folder: Path) -> Certificates:
     """A fresh CA and the certificates it signs, in `folder`."""
-    _openssl(folder, "req", "-x509", *_EC, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-             "-subj", "/CN=edgeserve test CA",
-             "-addext", "basicConstraints=critical,CA:TRUE",
-             "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    _openssl(
+        folder,
+        "req",
+        "-x509",
+        *_EC,
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=edgeserve test CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    )
     server = "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"
     _leaf(folder, "server", "/CN=localhost", server)
     _leaf(folder, "client", "/CN=edgeserve test client", "extendedKeyUsage=clientAuth\n")
-    _openssl(folder, "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
-             "-out", "other.key")
-    _openssl(folder, "pkey", "-in", "other.key", "-aes256", "-passout", "pass:secret",
-             "-out", "encrypted.key")
+    _openssl(
+        folder,
+        "genpkey",
+        "-algorithm",
+        "EC",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-out",
+        "other.key",
+    )
+    _openssl(
+        folder,
+        "pkey",
+        "-in",
+        "other.key",
+        "-aes256",
+        "-passout",
+        "pass:secret",
+        "-out",
+        "encrypted.key",
+    )
     return Certificates(
         ca=folder / "ca.pem",
         server_cert=folder / "server.pem",

@@ -82,9 +82,9 @@ async def test_client_certificates_with_a_ca_file(server_factory, certificates):
                 base_url=f"{server.url}/v1", api_key="x", http_client=http, max_retries=0
             )
             assert [model.id for model in sdk.models.list()]
-        with httpx.Client(verify=trusting(certificates)) as anonymous:
-            with pytest.raises(httpx.TransportError):
-                anonymous.get(f"{server.url}/health")
+        anonymous = httpx.Client(verify=trusting(certificates))
+        with anonymous, pytest.raises(httpx.TransportError):
+            anonymous.get(f"{server.url}/health")
 
     await asyncio.to_thread(talk)
     assert server.stop()[0] == 0
