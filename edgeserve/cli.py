@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from edgeserve import __version__, config
+from edgeserve import __version__, config, tls
 from edgeserve.log import ROOT, setup_logging
 
 
@@ -40,6 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Handles --help, --version and unknown commands; `serve` is then the only command left.
         parser.parse_args(args)
         settings = config.load_settings(args[1:], os.environ)
+        ssl_context = tls.server_context(settings)
     except SystemExit as exc:  # --help or --version, already printed
         return exc.code if isinstance(exc.code, int) else 0
     except config.ConfigError as exc:
@@ -54,6 +55,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Imported here so that bad settings are reported before aiohttp and llama.cpp load.
         from edgeserve.http.server import serve
 
-        return serve(settings)
+        return serve(settings, ssl_context=ssl_context)
     except KeyboardInterrupt:
         return 0

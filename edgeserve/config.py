@@ -29,6 +29,13 @@ NO_MODEL = "no model: run `make model` to install the default Gemma 3 270M, or p
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMATS = ("text", "json")
 KV_CACHE_TYPES = ("f16", "q8_0", "q4_0")
+DEFAULT_HOST = "127.0.0.1"
+# --cors-origins words (besides origins) and the --allowed-hosts wildcard
+CORS_LOCAL = "local"
+CORS_ANY = "*"
+CORS_REFERENCE = "reference"
+_CORS_WORDS = (CORS_LOCAL, CORS_ANY, CORS_REFERENCE)
+ANY_HOST = "*"
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
@@ -137,7 +144,30 @@ def _api_keys(raw: object) -> tuple[str, ...]:
 
 
 def _origins(raw: object) -> tuple[str, ...]:
-    return _strings(raw, split=True)
+    """CORS entries: `local`, `*`, `reference` or origins (`scheme://host[:port]`), lowercased
+    as browsers send them, a trailing slash dropped."""
+    entries = []
+    for item in _strings(raw, split=True):
+        entry = item.lower().rstrip("/")
+        scheme, sep, rest = entry.partition("://")
+        if entry not in _CORS_WORDS and not (scheme and sep and rest and "/" not in rest):
+            raise ValueError(
+                f"has {item!r}, which is not an origin (scheme://host[:port]), "
+                f"{CORS_LOCAL}, {CORS_ANY} or {CORS_REFERENCE}"
+            )
+        entries.append(entry)
+    return tuple(entries)
+
+
+def _hosts(raw: object) -> tuple[str, ...]:
+    """Host names (a leading dot: the name and its subdomains), IP addresses or `*`."""
+    hosts = []
+    for item in _strings(raw, split=True):
+        host = item.lower().rstrip(".").removeprefix("[").removesuffix("]")
+        if not host or any(c in host for c in "/ @"):
+            raise ValueError(f"has {item!r}, which is not a host name, an IP address or {ANY_HOST}")
+        hosts.append(host)
+    return tuple(hosts)
 
 
 def _root_path(raw: object) -> str:
@@ -219,8 +249,32 @@ class Settings:
         path=True,
         shown="unset: mean pooling over the chat model",
     )
-    host: str = _setting("127.0.0.1", _text, "bind address", "HOST", env=("API_HOST",))
+    host: str = _setting(DEFAULT_HOST, _text, "bind address", "HOST", env=("API_HOST",))
     port: int = _setting(8000, _integer(1, 65535), "TCP port", "PORT", env=("API_PORT",))
+    ssl_certfile: str | None = _setting(
+        None,
+        _text,
+        "serve HTTPS with this PEM certificate (chain); its key in --ssl-keyfile or this file",
+        "FILE",
+        path=True,
+        shown="unset: plain HTTP",
+    )
+    ssl_keyfile: str | None = _setting(
+        None,
+        _text,
+        "PEM private key of --ssl-certfile (unencrypted)",
+        "FILE",
+        path=True,
+        shown="unset",
+    )
+    ssl_ca_certs: str | None = _setting(
+        None,
+        _text,
+        "PEM CA certificates: clients must present a certificate signed by one (mutual TLS)",
+        "FILE",
+        path=True,
+        shown="unset: no client certificates",
+    )
     api_keys: tuple[str, ...] = _setting(
         (),
         _api_keys,
@@ -326,7 +380,23 @@ class Settings:
         15.0, _seconds(allow_zero=False), "keep-alive comment interval on idle streams", "SECONDS"
     )
     cors_origins: tuple[str, ...] = _setting(
-        ("*",), _origins, "allowed CORS origins, comma-separated (empty = no CORS)", "ORIGINS"
+        (CORS_LOCAL,),
+        _origins,
+        f"origins whose web pages may call the API (CORS), comma-separated: origins, "
+        f"{CORS_LOCAL} (http(s)://localhost, 127.0.0.1, [::1], any port), {CORS_ANY} (any, "
+        f"without credentials), {CORS_REFERENCE} (any origin echoed with credentials, as the "
+        f"reference); empty = no CORS",
+        "ORIGINS",
+    )
+    allowed_hosts: tuple[str, ...] = _setting(
+        (),
+        _hosts,
+        "further names clients may reach this server by (the Host header; .example.com: the "
+        "name and its subdomains), comma-separated; any other name gets 403 (DNS rebinding). "
+        f"{ANY_HOST}: any, only with an API key and a non-loopback --host",
+        "HOSTS",
+        shown="none: the bound address, localhost, loopback addresses (any IP address when "
+        "bound to 0.0.0.0 or ::)",
     )
     root_path: str = _setting(
         "",
@@ -564,6 +634,7 @@ def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     if "api_key_file" in values:
         keys = (*values.get("api_keys", ()), *read_api_key_file(Path(values["api_key_file"])))
         values["api_keys"] = tuple(dict.fromkeys(keys))
+    _check_tls_and_hosts(values)
     kv_type = values.get("kv_cache_type", "f16")
     if kv_type != "f16" and not values.get("flash_attn", False):
         raise ConfigError(
@@ -573,8 +644,26 @@ def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     return Settings(**values)
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
+def _check_tls_and_hosts(values: Mapping[str, Any]) -> None:
+    """The settings that only make sense together: a key or CA file needs a certificate, and
+    `--allowed-hosts '*'` needs an API key on a non-loopback address."""
+    for name in ("ssl_keyfile", "ssl_ca_certs"):
+        if name in values and "ssl_certfile" not in values:
+            raise ConfigError(f"{_BY_NAME[name].flag} needs --ssl-certfile")
+    host = values.get("host", DEFAULT_HOST)
+    if ANY_HOST in values.get("allowed_hosts", ()) and (
+        not values.get("api_keys") or is_loopback(host)
+    ):
+        raise ConfigError(
+            f"--allowed-hosts {ANY_HOST} needs an API key and a non-loopback --host (here "
+            f"{host}): without both, any web page could reach the model by DNS rebinding; "
+            "list the names instead"
+        )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or an IP address) is this machine's loopback."""
+    if host.lower() == "localhost":
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -585,9 +674,17 @@ def _is_loopback(host: str) -> bool:
 def warnings(settings: Settings) -> list[str]:
     """Risky but valid choices in `settings`, one message each, for the log."""
     found = []
-    if not settings.api_keys and not _is_loopback(settings.host):
+    if is_loopback(settings.host):
+        return found
+    if not settings.api_keys:
         found.append(
             f"listening on {settings.host} without an API key: anyone who can reach port "
             f"{settings.port} can use the model; set --api-key-file or API_KEY"
+        )
+    elif settings.ssl_certfile is None:
+        found.append(
+            f"listening on {settings.host} with API keys but without TLS: keys and prompts "
+            "cross the network in clear text; set --ssl-certfile and --ssl-keyfile, or put a "
+            "TLS proxy in front"
         )
     return found

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.tls_certs import Certificates, make_certificates
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "models" / "gemma-3-270m-q4_k_m.gguf"
@@ -50,3 +53,11 @@ def grammar_check(model_path: Path) -> Iterator[object]:
     check = GrammarCheck(model_path)
     yield check
     check.close()
+
+
+@pytest.fixture(scope="session")
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    """A test CA and the certificates it signs (tests/tls_certs.py), made once per session."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed (apt-get install openssl; make test does, as root)")
+    return make_certificates(tmp_path_factory.mktemp("tls"))

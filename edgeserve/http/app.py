@@ -54,7 +54,12 @@ def create_app(
     """
     app = web.Application(
         client_max_size=settings.max_body_bytes,
-        middlewares=[middlewares.request_context, middlewares.cors, middlewares.api_errors],
+        middlewares=[
+            middlewares.request_context,
+            middlewares.trusted_host,
+            middlewares.cors,
+            middlewares.api_errors,
+        ],
     )
     app[SETTINGS] = settings
     app[ENGINE] = engine

@@ -1,6 +1,7 @@
-"""Middlewares, outermost first: request context (id, access log, metrics, last-resort 500) → CORS →
-API errors (ApiError and aiohttp's own 404/405/413 reshaped into `{"detail": …, "message": …}`,
-or Anthropic's `{"type": "error", "error": …}` on the Anthropic endpoints)."""
+"""Middlewares, outermost first: request context (id, access log, metrics, last-resort 500) →
+trusted Host (403 against DNS rebinding) → CORS → API errors (ApiError and aiohttp's own
+404/405/413 reshaped into `{"detail": …, "message": …}`, or Anthropic's
+`{"type": "error", "error": …}` on the Anthropic endpoints)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import logging
 import time
 import uuid
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 
 from edgeserve import messages, responses, validation
 from edgeserve.errors import ApiError, EngineFault, EngineRestarted
+from edgeserve.http import browser
 from edgeserve.http.keys import (
     ANTHROPIC_PATHS,
     KNOWN_PATHS,
@@ -121,49 +123,63 @@ def _log_access(request: web.Request, record: RequestRecord, status: int, elapse
 
 
 @web.middleware
+async def trusted_host(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """403 for a Host header this server does not answer to (a DNS-rebinding page's name);
+    requests without one (HTTP/1.0 health checks) pass. See `browser.host_allowed`."""
+    settings = request.app[SETTINGS]
+    host = request.headers.get(hdrs.HOST)
+    if host is None or browser.host_allowed(host, settings.host, settings.allowed_hosts):
+        return await handler(request)
+    return _error_for(request, validation.host_not_allowed(browser.host_name(host)))
+
+
+@web.middleware
 async def cors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """CORS like the reference (any origin echoed, credentials allowed), origins configurable."""
-    origins = request.app[SETTINGS].cors_origins
-    origin = request.headers.get("Origin")
-    allowed = origin is not None and ("*" in origins or origin in origins)
+    """CORS for the origins `--cors-origins` grants (`browser.cors_grant`); a preflight from
+    any other origin is refused with the reference's 400."""
+    grant = _grant(request)
     if (
         request.method == "OPTIONS"
-        and origin is not None
-        and "Access-Control-Request-Method" in request.headers
+        and hdrs.ORIGIN in request.headers
+        and hdrs.ACCESS_CONTROL_REQUEST_METHOD in request.headers
     ):
-        if not allowed:
+        if grant is None:
             return web.Response(status=400, text="Disallowed CORS origin")
         headers = {
-            "Access-Control-Allow-Origin": origin,
-            "Access-Control-Allow-Credentials": "true",
             "Access-Control-Allow-Methods": CORS_METHODS,
             "Access-Control-Max-Age": "600",
-            "Vary": "Origin",
         }
-        requested = request.headers.get("Access-Control-Request-Headers")
+        requested = request.headers.get(hdrs.ACCESS_CONTROL_REQUEST_HEADERS)
         if requested:
             headers["Access-Control-Allow-Headers"] = requested
-        return web.Response(status=200, text="OK", headers=headers)
+        response = web.Response(status=200, text="OK", headers=headers)
+        _add_cors_headers(response, grant)
+        return response
     response = await handler(request)
     if not response.prepared:
-        _add_cors_headers(response, origin if allowed else None)
+        _add_cors_headers(response, grant)
     return response
 
 
-def _add_cors_headers(response: web.StreamResponse, origin: str | None) -> None:
-    """Vary: Origin always (as the reference's Starlette does); the allow headers for `origin`."""
+def _grant(request: web.Request) -> browser.CorsGrant | None:
+    origin = request.headers.get(hdrs.ORIGIN)
+    if origin is None:
+        return None
+    return browser.cors_grant(origin, request.app[SETTINGS].cors_origins)
+
+
+def _add_cors_headers(response: web.StreamResponse, grant: browser.CorsGrant | None) -> None:
+    """Vary: Origin always (as the reference's Starlette does); the allow headers of `grant`."""
     response.headers["Vary"] = "Origin"
-    if origin is not None:
-        response.headers["Access-Control-Allow-Origin"] = origin
-        response.headers["Access-Control-Allow-Credentials"] = "true"
+    if grant is not None:
+        response.headers["Access-Control-Allow-Origin"] = grant.allow_origin
+        if grant.credentials:
+            response.headers["Access-Control-Allow-Credentials"] = "true"
 
 
 def prepare_stream_headers(request: web.Request, response: web.StreamResponse) -> None:
     """CORS headers for a streamed response, which must be set before `prepare()`."""
-    origins = request.app[SETTINGS].cors_origins
-    origin = request.headers.get("Origin")
-    allowed = origin is not None and ("*" in origins or origin in origins)
-    _add_cors_headers(response, origin if allowed else None)
+    _add_cors_headers(response, _grant(request))
 
 
 def _slashless_url(request: web.Request) -> str:
@@ -193,6 +209,11 @@ async def api_errors(request: web.Request, handler: Handler) -> web.StreamRespon
         error = validation.method_not_allowed(sorted(exc.allowed_methods))
     except web.HTTPRequestEntityTooLarge:
         error = validation.body_too_large(request.app[SETTINGS].max_body_bytes)
+    return _error_for(request, error)
+
+
+def _error_for(request: web.Request, error: ApiError) -> web.Response:
+    """`error` in the shape of the requested endpoint: Anthropic's or edgeserve's own."""
     if request.path in request.app[ANTHROPIC_PATHS]:
         return anthropic_error_response(error)
     return error_response(error, request.app[SETTINGS].reference_errors)

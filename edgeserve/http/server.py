@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import ssl
 import sys
 
 from aiohttp import web
@@ -30,9 +31,10 @@ from edgeserve.log import ROOT
 log = logging.getLogger(ROOT)
 
 
-def serve(settings: Settings) -> int:
-    """Serve until SIGTERM/SIGINT; return the process exit code (2 when the model fails)."""
-    return asyncio.run(_serve(settings))
+def serve(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> int:
+    """Serve (HTTPS with `ssl_context`) until SIGTERM/SIGINT; return the process exit code
+    (2 when the model fails)."""
+    return asyncio.run(_serve(settings, ssl_context=ssl_context))
 
 
 async def _watchdog(interval: float, engine: Engine, stall_s: float) -> None:
@@ -50,7 +52,9 @@ async def _engine_wedged(engine: Engine, stall_s: float) -> None:
         await asyncio.sleep(max(0.05, min(1.0, stall_s - stalled)))
 
 
-async def _serve(settings: Settings, engine: Engine | None = None) -> int:
+async def _serve(
+    settings: Settings, engine: Engine | None = None, ssl_context: ssl.SSLContext | None = None
+) -> int:
     """Run the server around `engine` (built from `settings` unless given); the exit code."""
     engine = engine or Engine(settings.engine_config())
     client = EngineClient(engine)
@@ -62,7 +66,7 @@ async def _serve(settings: Settings, engine: Engine | None = None) -> int:
         access_log=None,
     )
     await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port)
+    site = web.TCPSite(runner, settings.host, settings.port, ssl_context=ssl_context)
     try:
         await site.start()
     except OSError as exc:
@@ -72,7 +76,10 @@ async def _serve(settings: Settings, engine: Engine | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    log.info("listening on http://%s:%d (loading %s)", settings.host, settings.port, settings.model)
+    scheme = "https" if ssl_context else "http"
+    log.info(
+        "listening on %s://%s:%d (loading %s)", scheme, settings.host, settings.port, settings.model
+    )
     interval = sdnotify.watchdog_interval()
     stall_s = settings.engine_stall_s
     watchdog = asyncio.create_task(_watchdog(interval, engine, stall_s)) if interval else None

@@ -17,11 +17,12 @@ The HTTP handlers call, in the reference's order (reference-api.md section 2):
 
 plus engine_error (engine exceptions → 503/400; completion_engine_error,
 embeddings_engine_error and token_engine_error name the prompt, input or token at fault),
-body_too_large (413), not_found (404), method_not_allowed (405) and request_timeout (504,
-past --request-timeout-s); anthropic_error gives the status and error type an Anthropic
-endpoint answers any of them with. Reference details
-are byte-exact; edgeserve's own messages (for inputs that crash the reference with a 500, for
-limits and for a text-only model) say what to change. All strings live in `Detail`.
+body_too_large (413), host_not_allowed (403, the Host check against DNS rebinding),
+not_found (404), method_not_allowed (405) and request_timeout (504, past
+--request-timeout-s); anthropic_error gives the status and error type an Anthropic endpoint
+answers any of them with. Reference details are byte-exact; edgeserve's own messages (for
+inputs that crash the reference with a 500, for limits and for a text-only model) say what to
+change. All strings live in `Detail`.
 
 One module per API, named as in edgeserve.protocol (chat, completions, responses_api, score,
 embeddings, tokenize, messages), over what they share: request (the steps before an endpoint's
@@ -66,6 +67,7 @@ from edgeserve.validation.request import (
     check_can_generate,
     check_can_score,
     decode_json_body,
+    host_not_allowed,
     method_not_allowed,
     not_found,
 )
@@ -100,6 +102,7 @@ __all__ = [
     "default_safe_media_path",
     "embeddings_engine_error",
     "engine_error",
+    "host_not_allowed",
     "is_env_enabled",
     "messages_calls_wanted",
     "messages_prompt",

@@ -182,6 +182,10 @@ class Detail:
         "{n_ctx} tokens; shorten it or set max_length."
     )
     REQUEST_TOO_LARGE = "{what}: {got} exceeds this server's limit of {limit}; lower it."
+    HOST_NOT_ALLOWED = (
+        'This server does not answer to the host name "{host}" (a guard against DNS '
+        "rebinding); reach it by an allowed name, or start it with --allowed-hosts {host}."
+    )
     BODY_TOO_LARGE = (
         "The request body is larger than this server's limit of {limit} bytes; "
         "send a smaller request."

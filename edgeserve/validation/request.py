@@ -176,6 +176,11 @@ def body_too_large(limit_bytes: int) -> errors.ApiError:
     return errors.ApiError(413, Detail.BODY_TOO_LARGE.format(limit=limit_bytes))
 
 
+def host_not_allowed(host: str) -> errors.ApiError:
+    """403 for a request whose Host header names a host this server does not answer to."""
+    return errors.ApiError(403, Detail.HOST_NOT_ALLOWED.format(host=host))
+
+
 def not_found() -> errors.ApiError:
     """404 for an unknown path (E16)."""
     return errors.ApiError(404, Detail.NOT_FOUND)

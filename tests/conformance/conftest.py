@@ -1,6 +1,7 @@
 """Conformance fixtures: the integration suite's app clients on a server with
---reference-errors (error bodies byte for byte the reference's), plus a guard that keeps every
-media-URL check off the network."""
+--reference-errors (error bodies byte for byte the reference's) and --cors-origins reference
+(any origin echoed with credentials, as the reference; edgeserve's default is divergence 18),
+plus a guard that keeps every media-URL check off the network."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from edgeserve.config import Settings
+from edgeserve.config import CORS_REFERENCE, Settings
 from tests.integration.conftest import client, make_client, server_settings
 
 __all__ = ["client", "make_client"]
@@ -22,9 +23,9 @@ _LOCAL_NAMES = frozenset({"localhost"})
 
 @pytest.fixture
 def settings(model_path: Path) -> Settings:
-    """The integration settings with --reference-errors; a test of edgeserve's `message`
-    passes `reference_errors=False` to make_client."""
-    return server_settings(model_path, reference_errors=True)
+    """The integration settings with the reference's error bodies and CORS; a test of
+    edgeserve's `message` passes `reference_errors=False` to make_client."""
+    return server_settings(model_path, reference_errors=True, cors_origins=(CORS_REFERENCE,))
 
 
 def _needs_no_network(host: object) -> bool:

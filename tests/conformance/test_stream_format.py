@@ -172,7 +172,8 @@ async def raw_exchange(
 ) -> tuple[bytes, list[bytes]]:
     """One HTTP/1.1 request on a raw socket; the response head and its chunks, as sent."""
     writer.write(
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
+        b"Content-Type: application/json\r\n"
         b"Connection: " + connection.encode() + b"\r\n"
         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
     )

@@ -33,11 +33,13 @@ def free_port() -> int:
 
 
 class Server:
-    """A server process on a free port; `url` is its base URL."""
+    """A server process on a free port; `url` is its base URL (https:// when `args` give it a
+    certificate)."""
 
     def __init__(self, model: Path, *args: str) -> None:
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        scheme = "https" if "--ssl-certfile" in args else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith(("EDGESERVE_", "API_"))}
         self.proc = subprocess.Popen(
             [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import ssl
 import subprocess
 import sys
 import types
@@ -51,11 +52,13 @@ def served(monkeypatch) -> list[config.Settings]:
     calls: list[config.Settings] = []
     module = types.ModuleType("edgeserve.http.server")
 
-    def serve(settings: config.Settings) -> int:
+    def serve(settings: config.Settings, ssl_context: ssl.SSLContext | None = None) -> int:
         calls.append(settings)
+        module.ssl_contexts.append(ssl_context)
         return module.exit_code
 
     module.exit_code = 0
+    module.ssl_contexts = []
     module.serve = serve
     monkeypatch.setitem(sys.modules, "edgeserve.http.server", module)
     return calls
@@ -131,8 +134,29 @@ def test_reference_errors_switch_reaches_the_server(monkeypatch, model, served):
     assert [s.reference_errors for s in served] == [False, True, True]
 
 
+def test_tls_settings_reach_the_server_as_an_ssl_context(model, served, certificates):
+    c = certificates
+    tls = ["--ssl-certfile", str(c.server_cert), "--ssl-keyfile", str(c.server_key)]
+    assert main(["serve", "--model", str(model)]) == 0
+    assert main(["serve", "--model", str(model), *tls]) == 0
+    plain, secure = sys.modules["edgeserve.http.server"].ssl_contexts
+    assert plain is None
+    assert isinstance(secure, ssl.SSLContext)
+
+
+def test_mismatched_tls_pair_is_one_line_and_exit_2(capsys, model, served, certificates):
+    c = certificates
+    tls = ["--ssl-certfile", str(c.server_cert), "--ssl-keyfile", str(c.other_key)]
+    assert main(["serve", "--model", str(model), *tls]) == 2
+    assert capsys.readouterr().err == (
+        f"edgeserve: error: --ssl-certfile {c.server_cert} and --ssl-keyfile {c.other_key} do "
+        "not match: the key is not the certificate's\n"
+    )
+    assert served == []
+
+
 def test_keyboard_interrupt_exits_0(monkeypatch, model, served):
-    def interrupted(settings: config.Settings) -> int:
+    def interrupted(settings: config.Settings, ssl_context: ssl.SSLContext | None = None) -> int:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(sys.modules["edgeserve.http.server"], "serve", interrupted)

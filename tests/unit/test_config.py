@@ -62,6 +62,9 @@ def test_defaults(model):
         embedding_model=None,
         host="127.0.0.1",
         port=8000,
+        ssl_certfile=None,
+        ssl_keyfile=None,
+        ssl_ca_certs=None,
         api_keys=(),
         api_key_file=None,
         model_name="tiny-model.Q8_0",
@@ -84,7 +87,8 @@ def test_defaults(model):
         drain_timeout_s=30.0,
         engine_stall_s=120.0,
         ping_interval_s=15.0,
-        cors_origins=("*",),
+        cors_origins=("local",),
+        allowed_hosts=(),
         root_path="",
         reference_errors=False,
         log_format="text",
@@ -146,7 +150,14 @@ PRECEDENCE = [
         ["--cors-origins", "http://a, http://b"],
         ("EDGESERVE_CORS_ORIGINS", "http://c"),
         'cors-origins = ["http://d"]',
-        (("http://a", "http://b"), ("http://c",), ("http://d",), ("*",)),
+        (("http://a", "http://b"), ("http://c",), ("http://d",), ("local",)),
+    ),
+    (
+        "allowed_hosts",
+        ["--allowed-hosts", "Edge.LAN., [fd00::1]"],
+        ("EDGESERVE_ALLOWED_HOSTS", ".example.com"),
+        'allowed-hosts = ["b.lan"]',
+        (("edge.lan", "fd00::1"), (".example.com",), ("b.lan",), ()),
     ),
     (
         "api_keys",
@@ -254,7 +265,48 @@ def test_switch_flag_without_value_is_true(model):
 
 # argv after --model, environment, config file text (None: no file), expected message;
 # {conf} is the config file, {tmp} the test's directory.
+NOT_ORIGIN = "which is not an origin (scheme://host[:port]), local, * or reference"
+ANY_HOST_NEEDS = (
+    "--allowed-hosts * needs an API key and a non-loopback --host (here {host}): without both, "
+    "any web page could reach the model by DNS rebinding; list the names instead"
+)
+
 BAD = [
+    (
+        ["--cors-origins", "local,evil.example"],
+        {},
+        None,
+        f"invalid --cors-origins: 'local,evil.example' has 'evil.example', {NOT_ORIGIN}",
+    ),
+    (
+        [],
+        {"EDGESERVE_CORS_ORIGINS": "https://app.example/path"},
+        None,
+        f"invalid EDGESERVE_CORS_ORIGINS: 'https://app.example/path' has "
+        f"'https://app.example/path', {NOT_ORIGIN}",
+    ),
+    (
+        ["--allowed-hosts", "a.lan,http://b.lan"],
+        {},
+        None,
+        "invalid --allowed-hosts: 'a.lan,http://b.lan' has 'http://b.lan', which is not a host "
+        "name, an IP address or *",
+    ),
+    (["--allowed-hosts", "*"], {}, None, ANY_HOST_NEEDS.format(host="127.0.0.1")),
+    (
+        ["--allowed-hosts", "*", "--host", "0.0.0.0"],
+        {},
+        None,
+        ANY_HOST_NEEDS.format(host="0.0.0.0"),
+    ),
+    (
+        ["--allowed-hosts", "*", "--api-key", "k", "--host", "localhost"],
+        {},
+        None,
+        ANY_HOST_NEEDS.format(host="localhost"),
+    ),
+    (["--ssl-keyfile", "key.pem"], {}, None, "--ssl-keyfile needs --ssl-certfile"),
+    ([], {"EDGESERVE_SSL_CA_CERTS": "ca.pem"}, None, "--ssl-ca-certs needs --ssl-certfile"),
     (["--port", "abc"], {}, None, "invalid --port: 'abc' is not an integer"),
     (["--port", "0"], {}, None, "invalid --port: '0' must be between 1 and 65535"),
     ([], {"API_PORT": "70000"}, None, "invalid API_PORT: '70000' must be between 1 and 65535"),
@@ -465,6 +517,29 @@ def test_toml_keys_with_dashes_or_underscores(tmp_path):
     assert settings.cors_origins == ("http://a", "http://b")
 
 
+def test_cors_entries_are_normalised(model):
+    argv = ["--model", str(model), "--cors-origins", "HTTPS://App.Example/, LOCAL, *, reference"]
+    expected = ("https://app.example", "local", "*", "reference")
+    assert load_settings(argv, {}).cors_origins == expected
+    assert load_settings(["--model", str(model), "--cors-origins", ""], {}).cors_origins == ()
+
+
+def test_any_host_with_a_key_on_a_non_loopback_address(tmp_path, model):
+    keys = write(tmp_path / "keys", "k\n")
+    argv = ["--model", str(model), "--host", "::", "--api-key-file", str(keys)]
+    settings = load_settings([*argv, "--allowed-hosts", "*"], {})
+    assert settings.allowed_hosts == ("*",)
+
+
+def test_tls_paths_are_resolved(tmp_path, model):
+    conf = write(tmp_path / "edgeserve.toml", 'ssl-certfile = "tls/cert.pem"\n')
+    environ = {"EDGESERVE_SSL_KEYFILE": "key.pem", "EDGESERVE_SSL_CA_CERTS": "/etc/ca.pem"}
+    settings = load_settings(["--model", str(model), "--config", str(conf)], environ)
+    assert settings.ssl_certfile == str(tmp_path / "tls" / "cert.pem")
+    assert settings.ssl_keyfile == str(Path.cwd() / "key.pem")
+    assert settings.ssl_ca_certs == "/etc/ca.pem"
+
+
 def test_default_model_prefers_working_directory(tmp_path):
     install_default(tmp_path / "repo")
     local = install_default(tmp_path / "cwd")
@@ -557,25 +632,33 @@ def test_settings_built_directly_derive_model_name():
     assert Settings(model="/models/qwen2.5-0.5b.gguf").model_name == "qwen2.5-0.5b"
 
 
+NO_KEY = "without an API key"
+NO_TLS = "with API keys but without TLS: keys and prompts cross the network in clear text"
+
+
 @pytest.mark.parametrize(
-    ("host", "api_keys", "warned"),
+    ("host", "api_keys", "certfile", "warned"),
     [
-        ("127.0.0.1", (), False),
-        ("127.0.0.2", (), False),
-        ("::1", (), False),
-        ("localhost", (), False),
-        ("0.0.0.0", (), True),
-        ("::", (), True),
-        ("edge-box.lan", (), True),
-        ("0.0.0.0", ("k",), False),
+        ("127.0.0.1", (), None, None),
+        ("127.0.0.2", (), None, None),
+        ("::1", (), None, None),
+        ("localhost", (), None, None),
+        ("127.0.0.1", ("k",), None, None),
+        ("0.0.0.0", (), None, NO_KEY),
+        ("::", (), None, NO_KEY),
+        ("edge-box.lan", (), None, NO_KEY),
+        ("0.0.0.0", (), "cert.pem", NO_KEY),
+        ("0.0.0.0", ("k",), None, NO_TLS),
+        ("edge-box.lan", ("k",), None, NO_TLS),
+        ("0.0.0.0", ("k",), "cert.pem", None),
     ],
 )
-def test_warnings(host, api_keys, warned):
-    found = warnings(Settings(model="m.gguf", host=host, api_keys=api_keys))
-    assert len(found) == int(warned)
+def test_warnings(host, api_keys, certfile, warned):
+    settings = Settings(model="m.gguf", host=host, api_keys=api_keys, ssl_certfile=certfile)
+    found = warnings(settings)
+    assert len(found) == (warned is not None)
     if warned:
-        assert host in found[0]
-        assert "API key" in found[0]
+        assert found[0].startswith(f"listening on {host} {warned}")
 
 
 def test_one_table_names_every_setting():
