@@ -39,12 +39,8 @@ EMPTY_ENV = {"PATH": "/usr/bin:/bin"}
 @pytest.fixture(scope="session")
 def bundle() -> Path:
     """dist/edgeserve/edgeserve, built now unless the one there is up to date."""
-    try:
-        import PyInstaller  # noqa: F401
-    except ImportError:
-        raise RuntimeError(
-            "PyInstaller is missing: run `make test` (the test extra has it)"
-        ) from None
+    if importlib.util.find_spec("PyInstaller") is None:
+        raise RuntimeError("PyInstaller is missing: run `make test` (the test extra has it)")
     done = subprocess.run(
         [sys.executable, "deploy/bundle.py", "build"],
         cwd=REPO,
