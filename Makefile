@@ -50,7 +50,7 @@ SYSTEMD_PATHS = -e 's|/opt/edgeserve/.venv/bin/edgeserve|$(EXEC)|g' \
 .PHONY: help serve test test-unit test-tools lint model install install-test install-cuda install-metal install-systemd dist clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
 
 serve: install model ## set up everything (venv, build, default model) and serve on $(HOST):$(PORT)
 	$(VENV)/bin/edgeserve serve --model $(MODEL) --host $(HOST) --port $(PORT)
