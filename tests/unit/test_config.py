@@ -487,7 +487,8 @@ def test_default_model_in_the_cache(tmp_path):
     assert load_settings([], {"EDGESERVE_HOME": str(tmp_path / "edgeserve-home")}).model == str(
         cached
     )
-    assert load_settings([], {}).model != str(cached)  # not where $HOME's cache is
+    with pytest.raises(ConfigError):  # $HOME's cache (the default without EDGESERVE_HOME) is empty
+        load_settings([], {})
 
 
 def test_checkout_model_comes_before_the_cache(tmp_path):
