@@ -10,6 +10,7 @@ assembly is never taken for the model.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -55,7 +56,8 @@ def _assemble(package: ModuleType, target: Path) -> Path:
     except (OSError, ValueError) as exc:
         raise AssembleError(f"cannot assemble the default model into {target}: {exc}") from None
     finally:
-        partial.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # its folder may be what could not be made
+            partial.unlink(missing_ok=True)
     return target
 
 
