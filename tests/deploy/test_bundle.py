@@ -66,7 +66,8 @@ class Notify:
         self.sock.bind(str(self.path))
         self.sock.settimeout(0.1)
         self.closed = threading.Event()
-        threading.Thread(target=self._pump, daemon=True).start()
+        self.pump = threading.Thread(target=self._pump, daemon=True)
+        self.pump.start()
 
     def _pump(self) -> None:
         while not self.closed.is_set():
@@ -88,6 +89,7 @@ class Notify:
 
     def close(self) -> None:
         self.closed.set()
+        self.pump.join()  # the socket is closed only once nothing reads it
         self.sock.close()
 
 
