@@ -257,6 +257,15 @@ class Settings:
         path=True,
         shown="unset: mean pooling over the chat model",
     )
+    draft_model: str | None = _setting(
+        None,
+        _text,
+        "GGUF model with the chat model's vocabulary (e.g. a smaller one of its family) whose "
+        "greedy tokens speculation drafts, in place of n-gram drafts; verified exactly",
+        "PATH",
+        path=True,
+        shown="unset: n-gram drafts",
+    )
     host: str = _setting(DEFAULT_HOST, _text, "bind address", "HOST", env=("API_HOST",))
     port: int = _setting(8000, _integer(1, 65535), "TCP port", "PORT", env=("API_PORT",))
     ssl_certfile: str | None = _setting(
@@ -452,6 +461,7 @@ class Settings:
         return EngineConfig(
             model_path=self.model,
             embedding_model_path=self.embedding_model,
+            draft_model_path=self.draft_model,
             n_ctx=self.ctx_size,
             parallel=self.parallel,
             n_threads=self.threads,
@@ -645,6 +655,11 @@ def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         raise ConfigError(f"model file not found: {values['model']}")
     if "embedding_model" in values and not Path(values["embedding_model"]).is_file():
         raise ConfigError(f"embedding model file not found: {values['embedding_model']}")
+    if "draft_model" in values:
+        if not Path(values["draft_model"]).is_file():
+            raise ConfigError(f"draft model file not found: {values['draft_model']}")
+        if values.get("draft_max") == 0:
+            raise ConfigError("--draft-model needs --draft-max above 0 (0 turns speculation off)")
     if "api_key_file" in values:
         keys = (*values.get("api_keys", ()), *read_api_key_file(Path(values["api_key_file"])))
         values["api_keys"] = tuple(dict.fromkeys(keys))

@@ -164,7 +164,7 @@ class Metrics:
         )
         yield _counter(
             "edgeserve_draft_tokens",
-            "Tokens drafted by n-gram speculation and verified",
+            "Tokens drafted by speculation (n-gram or draft model) and verified",
             stats.draft_tokens,
         )
         yield _counter(

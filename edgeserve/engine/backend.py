@@ -3,7 +3,8 @@
 The scheduler (`policy.py`) and the engine thread (`worker.py`) talk to a `Backend` only, so
 the whole job lifecycle runs in unit tests against a scripted fake backend in milliseconds.
 `LlamaBackend` is the real one: every native handle (model, contexts, batch, samplers) is
-made and freed here and in `model.py` / `sampling.py`.
+made and freed here and in `model.py` / `sampling.py`; `LlamaDraftContext` is a --draft-model's
+context (see draft_model.py).
 
 Thread rules: `render`, `tokenize`, `detokenize`, `piece`, `check_grammar` and the read-only
 attributes may be used from any thread once the backend exists (llama.cpp's tokenizer and
@@ -13,6 +14,7 @@ grammar parser only read the vocabulary); everything else belongs to the engine 
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -21,10 +23,13 @@ import numpy as np
 
 from edgeserve.engine.batch import TokenBatch
 from edgeserve.engine.chat_template import ChatTemplate, resolve_template
+from edgeserve.engine.draft_model import DraftContext, batch_size
 from edgeserve.engine.jobs import EmbedSpan, SamplerHandle
-from edgeserve.engine.model import LoadedModel
+from edgeserve.engine.model import LoadedModel, ModelLoadError
 from edgeserve.engine.sampling import Sampler, grammar_sampler
 from edgeserve.engine.types import ChatPrompt, EngineConfig, SamplingParams, TokenizerInfo
+
+log = logging.getLogger("edgeserve.engine")
 
 
 class Batch(Protocol):
@@ -110,6 +115,8 @@ class Backend(KvCache, Protocol):
     n_gpu_layers: int
     tokenizer_info: TokenizerInfo
     batch: Batch
+    # The --draft-model's context, when one is loaded (its vocabulary is this model's).
+    draft_context: DraftContext | None
 
     def decode(self) -> int:
         """Decode `batch` in the generation context: 0 done, 1 no room in the KV cache (nothing
@@ -189,9 +196,12 @@ class LlamaBackend:
         self.config = config
         self.model = LoadedModel(config)
         self.embedder = self.model
+        self.draft_context: LlamaDraftContext | None = None
         try:
             if config.embedding_model_path:
-                self.embedder = LoadedModel(config, embedding_only=True)
+                self.embedder = LoadedModel(config, role="embedding")
+            if config.draft_model_path:
+                self.draft_context = LlamaDraftContext(config, self.model)
             source = resolve_template(
                 config.chat_template, self.model.chat_template, self.model.architecture
             )
@@ -264,19 +274,15 @@ class LlamaBackend:
 
     def seq_rm(self, seq: int, p0: int, p1: int) -> bool:
         """Drop positions [p0, p1) of `seq`."""
-        return bool(lc.llama_memory_seq_rm(self.model.memory, seq, p0, p1))
+        return self.model.seq_rm(seq, p0, p1)
 
     def seq_cp(self, src: int, dst: int) -> None:
         """Share every cell of `src` with `dst` (no copy in a unified cache)."""
-        lc.llama_memory_seq_cp(self.model.memory, src, dst, -1, -1)
+        self.model.seq_cp(src, dst)
 
     def seq_pos_range(self, seq: int) -> tuple[int, int]:
         """(first, last) stored position of `seq`; (-1, -1) when empty."""
-        memory = self.model.memory
-        return (
-            int(lc.llama_memory_seq_pos_min(memory, seq)),
-            int(lc.llama_memory_seq_pos_max(memory, seq)),
-        )
+        return self.model.seq_pos_range(seq)
 
     # ---- prompts (any thread) ---------------------------------------------------------------
 
@@ -356,6 +362,79 @@ class LlamaBackend:
 
     def close_models(self) -> None:
         """Free the models and their contexts."""
+        if self.draft_context is not None:
+            self.draft_context.close()
         if self.embedder is not self.model:
             self.embedder.close()
         self.model.close()
+
+
+# Token texts compared between a draft model and its target (spread over the vocabulary).
+VOCAB_SAMPLES = 1024
+
+
+class LlamaDraftContext:
+    """`DraftContext` over a --draft-model: its own model and generation context (same
+    n_ctx, sequences, threads and GPU offload as the target) and batch. Refused at load unless
+    its vocabulary is the target's: the same size, special tokens and token texts."""
+
+    def __init__(self, config: EngineConfig, target: LoadedModel) -> None:
+        self.model = LoadedModel(config, role="draft")
+        try:
+            mismatch = vocab_mismatch(self.model, target)
+            if mismatch:
+                raise ModelLoadError(
+                    f"{self.model.path} cannot draft for {target.path}: {mismatch}"
+                )
+        except BaseException:
+            self.model.close()
+            raise
+        self.n_seq = config.parallel
+        self.batch = TokenBatch(batch_size(config.prefill_chunk, config.parallel))
+        log.info("speculative decoding drafts with %s", self.model.path)
+
+    def decode(self) -> int:
+        """Decode the batch in the draft context (see DraftContext.decode)."""
+        return self.batch.decode(self.model.ctx)
+
+    def greedy(self, row: int) -> int:
+        """The arg-max token of output row `row`."""
+        return int(np.argmax(self.model.logit_row(self.model.ctx, row)))
+
+    def seq_rm(self, seq: int, p0: int, p1: int) -> bool:
+        """Drop positions [p0, p1) of draft sequence `seq`."""
+        return self.model.seq_rm(seq, p0, p1)
+
+    def seq_pos_range(self, seq: int) -> tuple[int, int]:
+        """(first, last) stored position of draft sequence `seq`; (-1, -1) when empty."""
+        return self.model.seq_pos_range(seq)
+
+    def clear(self) -> None:
+        """Empty every draft sequence."""
+        lc.llama_memory_clear(self.model.memory, True)
+
+    def close(self) -> None:
+        """Free the batch, the context and the model."""
+        self.batch.free()
+        self.model.close()
+
+
+def vocab_mismatch(draft: LoadedModel, target: LoadedModel) -> str | None:
+    """How `draft`'s vocabulary differs from `target`'s (None when it does not): its size,
+    BOS/EOS and whether BOS is added, then the text of VOCAB_SAMPLES tokens spread over it."""
+    if draft.n_vocab != target.n_vocab:
+        return f"its vocabulary has {draft.n_vocab} tokens, the model's {target.n_vocab}"
+    specials = (
+        ("BOS", draft.bos, target.bos),
+        ("EOS", lc.llama_vocab_eos(draft.vocab), lc.llama_vocab_eos(target.vocab)),
+        ("add BOS", draft.add_bos, target.add_bos),
+    )
+    for name, mine, theirs in specials:
+        if mine != theirs:
+            return f"its {name} is {mine}, the model's {theirs}"
+    stride = max(1, target.n_vocab // VOCAB_SAMPLES)
+    for token in [*range(0, target.n_vocab, stride), target.n_vocab - 1]:
+        mine, theirs = draft.piece(token, special=True), target.piece(token, special=True)
+        if mine != theirs:
+            return f"its token {token} is {mine!r}, the model's {theirs!r}"
+    return None

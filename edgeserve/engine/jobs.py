@@ -25,7 +25,7 @@ import numpy as np
 
 from edgeserve.engine.detok import StopMatcher, Utf8Assembler
 from edgeserve.engine.scoring import TextState
-from edgeserve.engine.speculation import Drafter
+from edgeserve.engine.speculation import DraftPace
 from edgeserve.engine.types import (
     EmbedRequest,
     EmbedResult,
@@ -118,7 +118,7 @@ class Choice:
     stopper: StopMatcher = field(init=False)
     # A detached sample in flight: its future and the logit row it reads.
     pending: tuple[Future[int | None], np.ndarray] | None = None
-    drafter: Drafter | None = None
+    drafter: DraftPace | None = None  # made at its first draft (policy.py)
 
     def __post_init__(self) -> None:
         self.stopper = StopMatcher(self.stops)

@@ -6,11 +6,12 @@ import ctypes
 import logging
 from collections.abc import Sequence
 from contextlib import ExitStack
-from typing import Any
+from typing import Any, Literal
 
 import llama_cpp as lc
 import numpy as np
 
+from edgeserve.engine.draft_model import batch_size as draft_batch_size
 from edgeserve.engine.embeddings import (
     HiddenStateEmbeddings,
     HiddenStateReader,
@@ -43,6 +44,9 @@ _OWN_POOLING = {
 # While a model loads, llama.cpp's errors are collected here (not logged) so that a failed load
 # is reported as one line that includes llama.cpp's own first complaint.
 _load_errors: list[str] | None = None
+# What a model is loaded for: the served (chat) model, the dedicated --embedding-model, or the
+# --draft-model of speculative decoding.
+ModelRole = Literal["chat", "embedding", "draft"]
 
 
 @lc.llama_log_callback
@@ -75,18 +79,25 @@ class LoadedModel:
     """A llama.cpp model, a context sized for continuous batching, and (made on first use) a
     one-sequence context for scoring and a context for embeddings. A classifier / reranker
     (rank pooling) gets only the scoring context, with embeddings on; its scores are the head's
-    `n_cls_out` outputs. With `embedding_only` (the dedicated --embedding-model) the model gets
-    only the embeddings context, pooled as its metadata says (mean pooling when it says
-    nothing); else embeddings are the mean of the last hidden states (see embeddings.py).
+    `n_cls_out` outputs. The dedicated --embedding-model (role "embedding") gets only the
+    embeddings context, pooled as its metadata says (mean pooling when it says nothing); else
+    embeddings are the mean of the last hidden states (see embeddings.py). A --draft-model
+    (role "draft") gets a generation context with one logit row per sequence.
 
     Owned by the engine thread; only `metadata`, `n_ctx` and friends are safe to read elsewhere.
     """
 
-    def __init__(self, config: EngineConfig, *, embedding_only: bool = False) -> None:
+    def __init__(self, config: EngineConfig, *, role: ModelRole = "chat") -> None:
         _init_backend()
         self.config = config
-        path = config.embedding_model_path if embedding_only else config.model_path
+        self.role = role
+        path = {
+            "chat": config.model_path,
+            "embedding": config.embedding_model_path,
+            "draft": config.draft_model_path,
+        }[role]
         assert path is not None
+        self.path = path
         self._stack = ExitStack()
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = config.n_gpu_layers if config.n_gpu_layers >= 0 else 0x7FFFFFFF
@@ -116,14 +127,15 @@ class LoadedModel:
         self.embed_pooling = lc.LLAMA_POOLING_TYPE_MEAN
         self._score_ctx: tuple[Any, Any] | None = None
         self._embeddings: PooledEmbeddings | HiddenStateEmbeddings | None = None
-        self.embedding_only = embedding_only
+        self.embedding_only = role == "embedding"
         self.ctx: Any = None
         self.memory: Any = None
         self._stack.callback(self._free_contexts)
-        if embedding_only:
-            if self.is_classifier:
-                self._stack.close()
-                raise ModelLoadError(f"{path} is a reranker (rank pooling), not an embedding model")
+        if self.is_classifier and role != "chat":
+            self._stack.close()
+            kind = "an embedding" if self.embedding_only else "a generative"
+            raise ModelLoadError(f"{path} is a reranker (rank pooling), not {kind} model")
+        if self.embedding_only:
             if pooling in _OWN_POOLING:
                 self.embed_pooling = int(pooling)
             self.n_ctx = self.embed_size
@@ -161,6 +173,13 @@ class LoadedModel:
             )
             cparams.embeddings = True
             cparams.pooling_type = lc.LLAMA_POOLING_TYPE_RANK
+        elif self.role == "draft":
+            # A draft decode needs at most one logit row per sequence (draft_model.py).
+            cparams = self._context_params(
+                n_seq=config.parallel,
+                n_batch=draft_batch_size(config.prefill_chunk, config.parallel),
+                n_outputs=config.parallel,
+            )
         else:
             # A generation step needs one logit row per sequence, and one per drafted token.
             drafts = STEP_ROWS if config.draft_max > 0 else 0
@@ -271,6 +290,21 @@ class LoadedModel:
     def is_eog(self, token: int) -> bool:
         """True for end-of-generation tokens (EOS, EOT, <end_of_turn> …)."""
         return bool(lc.llama_vocab_is_eog(self.vocab, token))
+
+    def seq_rm(self, seq: int, p0: int, p1: int) -> bool:
+        """Drop positions [p0, p1) of `seq` from the generation context's KV cache."""
+        return bool(lc.llama_memory_seq_rm(self.memory, seq, p0, p1))
+
+    def seq_cp(self, src: int, dst: int) -> None:
+        """Share every cell of `src` with `dst` (no copy in a unified cache)."""
+        lc.llama_memory_seq_cp(self.memory, src, dst, -1, -1)
+
+    def seq_pos_range(self, seq: int) -> tuple[int, int]:
+        """(first, last) stored position of `seq`; (-1, -1) when empty."""
+        return (
+            int(lc.llama_memory_seq_pos_min(self.memory, seq)),
+            int(lc.llama_memory_seq_pos_max(self.memory, seq)),
+        )
 
     def score_context(self) -> tuple[Any, Any]:
         """(context, memory) for scoring: one sequence, SCORE_CHUNK rows, made on first use

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from edgeserve.engine.backend import Batch, KvCache
+from edgeserve.engine.draft_model import DraftModel, DraftWant
 from edgeserve.engine.jobs import (
     EMBED_CHUNK,
     AnyJob,
@@ -44,7 +45,7 @@ from edgeserve.engine.jobs import (
 )
 from edgeserve.engine.scoring import TextState
 from edgeserve.engine.slots import SlotPool
-from edgeserve.engine.speculation import Drafter, StepCost, draft_room
+from edgeserve.engine.speculation import Drafter, DraftPace, StepCost, draft_room
 
 # Tokens (and logit rows) per score decode: a multiple of the CPU kernels' row blocks, so a
 # chunked text gives the same rows as a lone decode.
@@ -102,13 +103,21 @@ class Scheduler:
     """Owns the live collections, the slot pool and the KV reservations."""
 
     def __init__(
-        self, kv: KvCache, *, n_ctx: int, n_seq: int, prefill_chunk: int, draft_max: int = 0
+        self,
+        kv: KvCache,
+        *,
+        n_ctx: int,
+        n_seq: int,
+        prefill_chunk: int,
+        draft_max: int = 0,
+        draft_model: DraftModel | None = None,
     ) -> None:
         self.kv = kv
         self.n_ctx = n_ctx
         self.n_seq = n_seq
         self.prefill_chunk = max(1, prefill_chunk)
         self.draft_max = draft_max
+        self.draft_model = draft_model  # drafts in place of n-gram lookups when set
         self.step_cost = StepCost()
         self.slots = SlotPool(n_seq)
         self.waiting: deque[AnyJob] = deque()
@@ -229,6 +238,8 @@ class Scheduler:
         self.scoring = []
         self.reserved = 0
         self.slots = SlotPool(self.n_seq)
+        if self.draft_model is not None:
+            self.draft_model.clear()
         return ended
 
     def _release(self, job: Job, choice: Choice) -> None:
@@ -334,10 +345,9 @@ class Scheduler:
             stepping += [(job, c) for c in job.choices if not c.done and c.pending is None]
         room = draft_room(len(stepping), self.draft_max)
         threshold = self.step_cost.threshold(len(stepping))
-        for job, choice in stepping:
+        drafts = self._drafts(stepping, room, threshold, batch.room - len(stepping) - 1)
+        for (job, choice), draft in zip(stepping, drafts, strict=True):
             row = batch.add(choice.last_token, choice.n_past, choice.seq_id, True)
-            batch_room = batch.room - len(stepping) + len(plan.rows)
-            draft = self._draft(job, choice, min(room, batch_room), threshold)
             if draft:
                 batch.add_span(draft, choice.n_past + 1, choice.seq_id, range(len(draft)))
             plan.rows.append((row, job, choice, tuple(draft)))
@@ -366,15 +376,34 @@ class Scheduler:
             plan.prefills.append((job, take, start + take - 1 if last else None))
         return plan
 
-    def _draft(self, job: Job, choice: Choice, room: int, threshold: float) -> list[int]:
-        """The tokens `choice` drafts this step (see speculation.py): none for a grammar's
-        detached sampler, and never past the answer's token limit or the context."""
-        if self.draft_max <= 0 or choice.sampler.detached:
-            return []
-        if choice.drafter is None:
-            choice.drafter = Drafter(job.tokens)
-        limit = min(room, job.prompt.max_new - choice.n_gen - 1, self.n_ctx - choice.n_past - 2)
-        return choice.drafter.draft(choice.generated, limit, threshold)
+    def _drafts(
+        self, stepping: list[tuple[Job, Choice]], room: int, threshold: float, spare: int
+    ) -> list[list[int]]:
+        """The tokens each stepping choice drafts this step, in order (see speculation.py):
+        n-gram lookups, or the draft model asked once for all of them. None for a grammar's
+        detached sampler, and never past `room`, the answer's token limit, the context or the
+        batch's `spare` rows."""
+        drafts: list[list[int]] = [[] for _ in stepping]
+        wants: list[tuple[int, DraftWant]] = []
+        for i, (job, choice) in enumerate(stepping):
+            if self.draft_max <= 0 or choice.sampler.detached:
+                continue
+            if choice.drafter is None:
+                choice.drafter = DraftPace() if self.draft_model else Drafter(job.tokens)
+            limit = min(
+                room, spare, job.prompt.max_new - choice.n_gen - 1, self.n_ctx - choice.n_past - 2
+            )
+            if isinstance(choice.drafter, Drafter):
+                drafts[i] = choice.drafter.draft(choice.generated, limit, threshold)
+                spare -= len(drafts[i])
+            elif k := choice.drafter.want(limit, threshold):
+                wants.append((i, DraftWant(choice.seq_id, job.tokens + choice.generated, k)))
+                spare -= k
+        if wants and self.draft_model is not None:
+            made = self.draft_model.draft([want for _, want in wants])
+            for (i, _), draft in zip(wants, made, strict=True):
+                drafts[i] = draft
+        return drafts
 
     def commit(self, plan: GenerationPlan) -> list[tuple[int, Job, Choice, tuple[int, ...]]]:
         """The plan's decode succeeded: advance every sequence by its next token, copy
@@ -407,8 +436,8 @@ class Scheduler:
         """Raise InvariantError unless: each sequence id is owned by at most one live choice or
         is free, never both; every stored sequence is contiguous from position 0 and ends
         where its owner's next token goes; no ended job is in a live collection; the
-        reservations add up. Returns the KV cells the sequences hold, as read from the cache
-        (each sequence is read once)."""
+        reservations add up; each draft model sequence holds what it recorded. Returns the
+        KV cells the sequences hold, as read from the cache (each sequence is read once)."""
         cells = 0
         owners: dict[int, tuple[int, int]] = {}
         for job in self.active:
@@ -440,6 +469,9 @@ class Scheduler:
             _expect(sjob.state is JobState.GENERATING, f"score job {sjob.rid} is not running")
         reserved = sum(job.prompt.reserve for job in self.active)
         _expect(self.reserved == reserved, f"reserved {self.reserved} != {reserved} live")
+        if self.draft_model is not None:
+            mismatch = self.draft_model.mismatch()
+            _expect(mismatch is None, f"{mismatch}")
         return cells
 
     def _expect_cells(self, seq: int, n_past: int, who: str) -> int:

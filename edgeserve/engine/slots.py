@@ -7,16 +7,21 @@ sequence and decodes only what is new. Pure bookkeeping; the scheduler does the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two token lists."""
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two token lists (slices compared in C, halving
+    the span that holds the first difference: no Python loop over the tokens)."""
     n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    if a[:n] == b[:n]:
+        return n
+    same, differs = 0, n  # a[:same] == b[:same]; the first difference is before `differs`
+    while differs - same > 1:
+        mid = (same + differs) // 2
+        if a[same:mid] == b[same:mid]:
+            same = mid
+        else:
+            differs = mid
+    return same
 
 
 class SlotPool:
@@ -42,7 +47,7 @@ class SlotPool:
         """KV cells held by free sequences (evictable)."""
         return sum(len(tokens) for tokens in self._held.values())
 
-    def take_best(self, tokens: Sequence[int]) -> tuple[int, int]:
+    def take_best(self, tokens: list[int]) -> tuple[int, int]:
         """Take the free sequence sharing the longest prefix with `tokens`.
 
         Returns (seq_id, reusable prefix length); on ties, or with no match at all, the least

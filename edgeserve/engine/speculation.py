@@ -129,13 +129,12 @@ class NgramIndex:
         return []
 
 
-class Drafter:
-    """One sequence's drafts: its n-gram index and how often its drafted tokens were kept."""
+class DraftPace:
+    """How much one sequence drafts, whatever makes its drafts (n-gram lookups here, or a
+    draft model, see draft_model.py): how often its drafted tokens were kept, and the wait
+    before its next probe while none pay."""
 
-    def __init__(self, prompt: Sequence[int]) -> None:
-        self.index = NgramIndex()
-        self.index.extend(prompt)
-        self._prompt_len = len(prompt)
+    def __init__(self) -> None:
         self._kept = PRIOR_KEPT
         self._missed = PRIOR_MISSED
         self._wait = 0
@@ -159,29 +158,43 @@ class Drafter:
             return STEP_ROWS
         return min(STEP_ROWS, math.floor(math.log(threshold) / math.log(a)))
 
-    def draft(self, generated: Sequence[int], room: int, threshold: float) -> list[int]:
-        """Tokens to verify after the sequence's next token: at most `room`, as many as pay
-        at `threshold` (`StepCost.threshold`), or a short probe now and then when none pay.
-        `generated` is the answer so far."""
-        seen = len(self.index.tokens) - self._prompt_len
-        if seen < len(generated):
-            self.index.extend(generated[seen:])
+    def want(self, room: int, threshold: float) -> int:
+        """How many tokens to draft this step: at most `room`, as many as pay at `threshold`
+        (`StepCost.threshold`), or a short probe now and then when none pay."""
         if room <= 0:
-            return []
+            return 0
         length = self.length(threshold)
         if length > 0:
             self._backoff = 1
         elif self._wait > 0:
             self._wait -= 1
-            return []
+            return 0
         else:
             length = PROBE_LENGTH
             self._wait = self._backoff
             self._backoff = min(2 * self._backoff, MAX_BACKOFF)
-        return self.index.continuation(min(room, length))
+        return min(room, length)
 
     def adapt(self, drafted: int, accepted: int) -> None:
         """Learn from a verified draft: `accepted` of its `drafted` tokens were kept. (The
         engine counts `drafted` and `accepted` as it verifies.)"""
         self._kept = DRAFT_MEMORY * self._kept + accepted
         self._missed = DRAFT_MEMORY * self._missed + (1.0 if accepted < drafted else 0.0)
+
+
+class Drafter(DraftPace):
+    """One sequence's n-gram drafts: its index, drafted at the pace `DraftPace` sets."""
+
+    def __init__(self, prompt: Sequence[int]) -> None:
+        super().__init__()
+        self.index = NgramIndex()
+        self.index.extend(prompt)
+        self._prompt_len = len(prompt)
+
+    def draft(self, generated: Sequence[int], room: int, threshold: float) -> list[int]:
+        """Tokens to verify after the sequence's next token (see `DraftPace.want`).
+        `generated` is the answer so far."""
+        seen = len(self.index.tokens) - self._prompt_len
+        if seen < len(generated):
+            self.index.extend(generated[seen:])
+        return self.index.continuation(self.want(room, threshold))

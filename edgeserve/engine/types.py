@@ -17,6 +17,7 @@ class EngineConfig:
 
     model_path: str
     embedding_model_path: str | None = None
+    draft_model_path: str | None = None
     n_ctx: int = 4096
     parallel: int = 4
     n_threads: int | None = None
@@ -233,3 +234,4 @@ class EngineStats:
     engine_restarts: int = 0
     draft_tokens: int = 0
     draft_accepted_tokens: int = 0
+    draft_model: str | None = None  # the --draft-model file speculation drafts with

@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from edgeserve.engine.backend import Backend, LlamaBackend
+from edgeserve.engine.draft_model import DraftModel
 from edgeserve.engine.jobs import AnyJob, Choice, EmbedJob, Job, Prompt, ScoreJob, Sink
 from edgeserve.engine.policy import (
     EmbedPlan,
@@ -212,6 +213,7 @@ class Engine:
             engine_restarts=self.restarts,
             draft_tokens=self.drafted,
             draft_accepted_tokens=self.draft_accepted,
+            draft_model=self.config.draft_model_path,
         )
 
     # ---- preparation (prepare threads) ------------------------------------------------------
@@ -345,12 +347,14 @@ class Engine:
             self.load_error = exc
             self._loaded.set()
             return False
+        draft = backend.draft_context
         self.scheduler = Scheduler(
             backend,
             n_ctx=backend.n_ctx,
             n_seq=backend.n_seq,
             prefill_chunk=self.config.prefill_chunk,
             draft_max=self.config.draft_max,
+            draft_model=DraftModel(draft, self.config.prefill_chunk) if draft else None,
         )
         self._softmax = LogSoftmax(backend.n_vocab)
         self.backend = backend

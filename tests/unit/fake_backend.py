@@ -7,6 +7,11 @@ not fit), and a batch whose positions for a sequence do not continue exactly whe
 sequence ends is refused with -1, as llama.cpp refuses it. A row's logits are a pure function
 of its sequence's whole token history, so a wrong KV copy, a stale cell or a skipped prompt
 chunk changes the answer. Text is one letter per token.
+
+With `draft_model_path` set it has a draft context (`FakeDraftContext`) of the same kind:
+cells per sequence, no room past `n_cells`, positions that must continue each sequence; its
+greedy tokens are the scripted model's own ("self"), or ("sloppy") a wrong token at every
+third position.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from edgeserve.engine.draft_model import batch_size
 from edgeserve.engine.types import ChatPrompt, EngineConfig, SamplingParams, TokenizerInfo
 from edgeserve.errors import InvalidPrompt
 
@@ -71,6 +77,65 @@ class FakeBatch:
         for offset, token in enumerate(tokens):
             self.add(token, start_pos + offset, seq, offset in outputs)
         return first
+
+
+class FakeDraftContext:
+    """The `DraftContext` protocol, scripted (see the module docstring)."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        assert config.draft_model_path in ("self", "sloppy")
+        self.sloppy = config.draft_model_path == "sloppy"
+        self.n_seq = config.parallel
+        self.n_cells = config.n_ctx
+        self.batch = FakeBatch(batch_size(config.prefill_chunk, config.parallel))
+        self.seqs: dict[int, list[int]] = {s: [] for s in range(self.n_seq)}
+        self.decodes: list[list[tuple[int, int, int, bool]]] = []
+        self.no_room = 0  # decodes answered 1
+        self._rows: list[int | None] = []
+        # Tests script failures: called before each decode, may return a status or raise.
+        self.before_decode: Callable[[list[tuple[int, int, int, bool]]], int | None] | None = None
+
+    def decode(self) -> int:
+        batch = list(self.batch.tokens)
+        self.decodes.append(batch)
+        if self.before_decode is not None and (status := self.before_decode(batch)) is not None:
+            return status
+        ends = {seq: len(tokens) for seq, tokens in self.seqs.items()}
+        for _, pos, seq, _ in batch:
+            if pos != ends[seq]:
+                return -1
+            ends[seq] += 1
+        if sum(map(len, self.seqs.values())) + len(batch) > self.n_cells:
+            self.no_room += 1
+            return 1
+        self._rows = []
+        for token, _, seq, output in batch:
+            self.seqs[seq].append(token)
+            self._rows.append(self._greedy(self.seqs[seq]) if output else None)
+        return 0
+
+    def _greedy(self, history: list[int]) -> int:
+        best = int(np.argmax(history_logits(history)))
+        if self.sloppy and len(history) % 3 == 0:
+            return FIRST_LETTER + (best - FIRST_LETTER + 1) % 26
+        return best
+
+    def greedy(self, row: int) -> int:
+        token = self._rows[row]
+        assert token is not None, "row has no logits"
+        return token
+
+    def seq_rm(self, seq: int, p0: int, p1: int) -> bool:
+        assert p1 == -1, "the draft model only trims a sequence's end"
+        del self.seqs[seq][max(0, p0) :]
+        return True
+
+    def seq_pos_range(self, seq: int) -> tuple[int, int]:
+        cells = self.seqs[seq]
+        return (0, len(cells) - 1) if cells else (-1, -1)
+
+    def clear(self) -> None:
+        self.seqs = {s: [] for s in range(self.n_seq)}
 
 
 class FakeSampler:
@@ -143,6 +208,7 @@ class FakeBackend:
             "fake", "<bos>", "<eos>", None, True, False, VOCAB, config.n_ctx, ""
         )
         self.batch = FakeBatch(config.n_batch)
+        self.draft_context = FakeDraftContext(config) if config.draft_model_path else None
         self._cells = itertools.count()
         self._seqs: dict[int, list[tuple[int, int]]] = {s: [] for s in range(self.n_seq)}
         self._rows: list[np.ndarray] = []

@@ -63,6 +63,7 @@ def test_defaults(model):
     assert settings == Settings(
         model=str(model),
         embedding_model=None,
+        draft_model=None,
         host="127.0.0.1",
         port=8000,
         ssl_certfile=None,
@@ -200,18 +201,20 @@ def test_precedence(tmp_path, model, name, flag, env, line, expected):
     assert got == expected
 
 
-def test_embedding_model_from_flag_env_or_file(tmp_path, model):
-    files = [write(tmp_path / f"embed-{name}.gguf", "GGUF") for name in "abc"]
-    conf = write(tmp_path / "edgeserve.toml", 'embedding-model = "embed-c.gguf"\n')
-    environ = {"EDGESERVE_EMBEDDING_MODEL": str(files[1])}
+@pytest.mark.parametrize("name", ["embedding_model", "draft_model"])
+def test_a_second_model_from_flag_env_or_file(tmp_path, model, name):
+    key = name.replace("_", "-")
+    files = [write(tmp_path / f"second-{letter}.gguf", "GGUF") for letter in "abc"]
+    conf = write(tmp_path / "edgeserve.toml", f'{key} = "second-c.gguf"\n')
+    environ = {f"EDGESERVE_{name.upper()}": str(files[1])}
     base = ["--model", str(model), "--config", str(conf)]
-    flag = load_settings([*base, "--embedding-model", str(files[0])], environ)
-    assert flag.embedding_model == str(files[0])
-    assert load_settings(base, environ).embedding_model == str(files[1])
+    flag = load_settings([*base, f"--{key}", str(files[0])], environ)
+    assert getattr(flag, name) == str(files[0])
+    assert getattr(load_settings(base, environ), name) == str(files[1])
     from_file = load_settings(base, {})
-    assert from_file.embedding_model == str(files[2])
-    assert from_file.engine_config().embedding_model_path == str(files[2])
-    assert load_settings(["--model", str(model)], {}).embedding_model is None
+    assert getattr(from_file, name) == str(files[2])
+    assert getattr(from_file.engine_config(), f"{name}_path") == str(files[2])
+    assert getattr(load_settings(["--model", str(model)], {}), name) is None
 
 
 def test_config_flag_beats_config_env(tmp_path, model):
@@ -403,6 +406,13 @@ BAD = [
         "embedding model file not found: {tmp}/none.gguf",
     ),
     ([], {}, 'embedding-model = "none.gguf"', "embedding model file not found: {tmp}/none.gguf"),
+    (["--draft-model", "{tmp}/none.gguf"], {}, None, "draft model file not found: {tmp}/none.gguf"),
+    (
+        ["--draft-model", "{conf}", "--draft-max", "0"],
+        {},
+        "",
+        "--draft-model needs --draft-max above 0 (0 turns speculation off)",
+    ),
     (
         ["--api-key-file", "{tmp}/keys.txt"],
         {},

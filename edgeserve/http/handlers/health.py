@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from aiohttp import web
 
@@ -28,6 +29,7 @@ async def health(request: web.Request) -> web.Response:
         "kv_cells_used": stats.kv_cells_used,
         "gpu_offload": stats.gpu_offload,
         "n_gpu_layers": stats.n_gpu_layers,
+        "draft_model": Path(stats.draft_model).name if stats.draft_model else None,
     }
     return web.Response(
         status=200 if status == "ok" else 503,

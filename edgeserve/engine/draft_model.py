@@ -1,0 +1,190 @@
+"""Speculative decoding with a draft model: a small model with the target's vocabulary drafts
+each sequence's next tokens (greedy), verified exactly as n-gram drafts are (speculation.py).
+
+The draft model has a context of its own with one sequence per target sequence (same ids).
+Its KV cache follows the target lazily: `held` records the tokens each draft sequence holds,
+and before a sequence drafts, the cells past its common prefix with the sequence's history
+(prompt and answer so far) are removed and the missing tokens decoded, all sequences in one
+decode of at most `catch_up` tokens per step (a sequence still behind after it drafts nothing
+this step). The row of a history's last token gives the first draft token; each further
+token is one decode of the sequences still drafting, one position each. The target keeps
+what it verifies, and the draft cells it rejects go at the next sync.
+
+How many tokens a sequence drafts is decided as for n-gram drafts (`DraftPace`); the draft
+model is asked once per step for all of them, before the step's batch is written. A draft
+context with no room drops the cells of sequences not drafting and tries once more; a broken
+or failing draft context is cleared and the step goes on without drafts: drafting never
+fails a request.
+
+Pure bookkeeping over a `DraftContext` (the llama.cpp one is `backend.LlamaDraftContext`), so
+unit tests run it on a scripted fake.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from edgeserve.engine.slots import common_prefix
+
+if TYPE_CHECKING:
+    from edgeserve.engine.backend import Batch
+
+log = logging.getLogger("edgeserve.engine")
+
+
+@dataclass(frozen=True)
+class DraftWant:
+    """Sequence `seq`, whose tokens so far are `history`, drafts up to `k` tokens."""
+
+    seq: int
+    history: list[int]
+    k: int
+
+
+class DraftContext(Protocol):
+    """A draft model's own context: `n_seq` sequences in a unified KV cache."""
+
+    n_seq: int
+    batch: Batch
+
+    def decode(self) -> int:
+        """Decode `batch`: 0 done, 1 no room (nothing stored), anything else broken."""
+        ...
+
+    def greedy(self, row: int) -> int:
+        """The most likely token of output row `row` of the last decode."""
+        ...
+
+    def seq_rm(self, seq: int, p0: int, p1: int) -> bool:
+        """Drop positions [p0, p1) of `seq` (-1: open end)."""
+        ...
+
+    def seq_pos_range(self, seq: int) -> tuple[int, int]:
+        """(first, last) stored position of `seq`; (-1, -1) when it holds nothing."""
+        ...
+
+    def clear(self) -> None:
+        """Empty every sequence."""
+        ...
+
+
+def batch_size(catch_up: int, n_seq: int) -> int:
+    """Tokens one draft decode may hold: a catch-up step, or one token per sequence."""
+    return max(catch_up, n_seq)
+
+
+class DraftModel:
+    """Drafts from a `DraftContext`, keeping its sequences in step with the target's."""
+
+    def __init__(self, context: DraftContext, catch_up: int) -> None:
+        self.context = context
+        self.catch_up = max(1, catch_up)
+        # The tokens whose KV each draft sequence holds (positions 0 … len-1).
+        self.held: dict[int, list[int]] = {seq: [] for seq in range(context.n_seq)}
+
+    def clear(self) -> None:
+        """Forget every draft sequence (after the target context was made anew)."""
+        self.context.clear()
+        self.held = {seq: [] for seq in self.held}
+
+    def mismatch(self) -> str | None:
+        """The first draft sequence whose cells are not positions 0 … len(held)-1, described
+        (None when every one matches its record): a check of this bookkeeping."""
+        for seq, held in self.held.items():
+            stored = self.context.seq_pos_range(seq)
+            expected = (0, len(held) - 1) if held else (-1, -1)
+            if stored != expected:
+                return f"draft sequence {seq} holds {stored}, expected {expected}"
+        return None
+
+    def draft(self, wants: Sequence[DraftWant]) -> list[list[int]]:
+        """Each want's draft, in order: up to `k` greedy tokens of the draft model after
+        its history; fewer or none when its catch-up is not done or the context fails."""
+        drafts: list[list[int]] = [[] for _ in wants]
+        try:
+            rows = self._catch_up(wants)
+            for i, row in rows.items():
+                drafts[i].append(self.context.greedy(row))
+            self._extend(wants, drafts, [i for i in rows if wants[i].k > 1])
+        except Exception:
+            log.exception("the draft model failed; this step goes on without its drafts")
+            self.clear()
+            return [[] for _ in wants]
+        return drafts
+
+    def _catch_up(self, wants: Sequence[DraftWant]) -> dict[int, int]:
+        """Trim each wanting sequence to its common prefix with its history and decode what
+        it lacks, fewest missing tokens first, within `catch_up` tokens. Returns the batch
+        row of each want whose history is now whole (its first draft token's row)."""
+        batch = self.context.batch
+        batch.clear()
+        order = []
+        for i, want in enumerate(wants):
+            if want.k > 0:
+                # The history's last token is always decoded again, for its row.
+                keep = min(common_prefix(self.held[want.seq], want.history), len(want.history) - 1)
+                order.append((len(want.history) - keep, keep, i))
+        order.sort()
+        budget = self.catch_up
+        rows: dict[int, int] = {}
+        caught: dict[int, list[int]] = {}
+        for missing, keep, i in order:
+            take = min(missing, budget)
+            if take <= 0:
+                break
+            want = wants[i]
+            self.context.seq_rm(want.seq, keep, -1)
+            self.held[want.seq] = want.history[:keep]
+            whole = take == missing
+            start = batch.add_span(
+                want.history[keep : keep + take], keep, want.seq, (take - 1,) if whole else ()
+            )
+            if whole:
+                rows[i] = start + take - 1
+            caught[want.seq] = want.history[: keep + take]
+            budget -= take
+        if not caught or not self._decode(set(caught)):
+            return {}
+        self.held.update(caught)
+        return rows
+
+    def _extend(self, wants: Sequence[DraftWant], drafts: list[list[int]], live: list[int]) -> None:
+        """Decode each live want's latest draft token and append the next, one position per
+        decode for all of them, until each has `k` (or a decode fails)."""
+        batch = self.context.batch
+        while live:
+            batch.clear()
+            rows = [
+                batch.add(drafts[i][-1], len(self.held[wants[i].seq]), wants[i].seq, True)
+                for i in live
+            ]
+            if not self._decode({wants[i].seq for i in live}):
+                return
+            for i, row in zip(live, rows, strict=True):
+                self.held[wants[i].seq].append(drafts[i][-1])
+                drafts[i].append(self.context.greedy(row))
+            live = [i for i in live if len(drafts[i]) < wants[i].k]
+
+    def _decode(self, drafting: set[int]) -> bool:
+        """Decode the batch; on no room, drop the cells of the sequences not in `drafting`
+        and try once more. A broken context is cleared. True when the batch was decoded."""
+        rc = self.context.decode()
+        if rc == 1 and self._drop_others(drafting):
+            rc = self.context.decode()
+        if rc not in (0, 1):
+            log.warning("the draft model's decode returned %s; its context is cleared", rc)
+            self.clear()
+        return rc == 0
+
+    def _drop_others(self, drafting: set[int]) -> bool:
+        """Empty the draft sequences not in `drafting`; False when none held anything."""
+        dropped = False
+        for seq, held in self.held.items():
+            if seq not in drafting and held:
+                self.context.seq_rm(seq, -1, -1)
+                self.held[seq] = []
+                dropped = True
+        return dropped
