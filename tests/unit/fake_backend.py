@@ -91,6 +91,7 @@ class FakeDraftContext:
         self.seqs: dict[int, list[int]] = {s: [] for s in range(self.n_seq)}
         self.decodes: list[list[tuple[int, int, int, bool]]] = []
         self.no_room = 0  # decodes answered 1
+        self.refused = 0  # decodes answered -1: positions that do not continue a sequence
         self._rows: list[int | None] = []
         # Tests script failures: called before each decode, may return a status or raise.
         self.before_decode: Callable[[list[tuple[int, int, int, bool]]], int | None] | None = None
@@ -103,6 +104,7 @@ class FakeDraftContext:
         ends = {seq: len(tokens) for seq, tokens in self.seqs.items()}
         for _, pos, seq, _ in batch:
             if pos != ends[seq]:
+                self.refused += 1
                 return -1
             ends[seq] += 1
         if sum(map(len, self.seqs.values())) + len(batch) > self.n_cells:

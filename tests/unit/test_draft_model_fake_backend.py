@@ -12,7 +12,7 @@ import pytest
 from edgeserve.engine import policy
 from edgeserve.engine.draft_model import DraftModel
 from edgeserve.engine.jobs import JobState
-from edgeserve.engine.types import GrammarSpec
+from edgeserve.engine.types import Finished, GrammarSpec
 from tests.unit.fake_backend import FakeDraftContext
 from tests.unit.test_engine_fake_backend import Harness, answers, finishes
 from tests.unit.test_speculation_fake_backend import CASES, REPEATING, CheapRows, per_choice
@@ -45,10 +45,11 @@ def draft_context(h: Harness) -> FakeDraftContext:
 
 
 def assert_draft_in_step(h: Harness) -> None:
-    """The draft context holds exactly the tokens the DraftModel recorded, each a prefix of
-    what its target sequence holds or held."""
+    """The draft context holds exactly the tokens the DraftModel recorded, and it never
+    refused a batch (every decode continued its sequences where their cells end)."""
     assert draft_context(h).seqs == draft_model(h).held
     assert draft_model(h).mismatch() is None
+    assert draft_context(h).refused == 0
 
 
 def run(prompt: str, model: str | None, n: int = 1, **params) -> tuple[list, Harness]:
@@ -165,6 +166,43 @@ def test_a_full_draft_context_drops_the_others_and_never_fails_a_request():
     assert finishes(first) == finishes(second) == {0: "length"}
     assert h.engine.draft_accepted > 0 and draft_context(h).no_room > 0
     assert sum(map(len, draft_context(h).seqs.values())) <= 70
+
+
+def test_a_finished_sequence_s_draft_cells_make_room_for_a_drafting_one():
+    # The first request's two choices leave ~70 cells in the draft context; the second
+    # request reuses one of their sequences and needs the other one's cells.
+    accepted = []
+    for n_cells in (1000, 80):
+        h = harness("self")
+        draft_context(h).n_cells = n_cells
+        h.submit(PROMPT, n=2, max_tokens=10)
+        h.run_until_idle()
+        _, events = h.submit(REPEATING, max_tokens=30)
+        h.run_until_idle()
+        h.assert_clean()
+        assert_draft_in_step(h)
+        assert answers(events) == answers(run(REPEATING, None, max_tokens=30)[0])
+        accepted.append(sum(e.draft_accepted for e in events if isinstance(e, Finished)))
+    assert draft_context(h).no_room > 0
+    assert accepted[1] >= accepted[0] - 2 > 15
+
+
+def test_a_repeated_prompt_drafts_from_the_draft_cells_it_left():
+    h = harness("self")
+    caught_up, drafted = [], []
+    for _ in range(2):
+        before = len(draft_context(h).decodes)
+        _, events = h.submit(PROMPT, max_tokens=20)
+        h.run_until_idle()
+        h.assert_clean()
+        assert_draft_in_step(h)
+        decodes = draft_context(h).decodes[before:]
+        caught_up.append(sum(len(b) for b in decodes if not all(out for *_, out in b)))
+        drafted.append(sum(e.drafted for e in events if isinstance(e, Finished)))
+        assert answers(events) == answers(run(PROMPT, None, max_tokens=20)[0])
+    assert h.engine.draft_accepted == h.engine.drafted
+    assert drafted[1] >= drafted[0] > 0
+    assert caught_up[1] < caught_up[0] // 2, "the second answer re-decoded its prompt"
 
 
 @pytest.mark.parametrize("failure", ["broken", "raises"])
