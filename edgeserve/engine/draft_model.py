@@ -10,8 +10,11 @@ this step). The row of a history's last token gives the first draft token; each 
 token is one decode of the sequences still drafting, one position each. The target keeps
 what it verifies, and the draft cells it rejects go at the next sync.
 
-How many tokens a sequence drafts is decided as for n-gram drafts (`DraftPace`); the draft
-model is asked once per step for all of them, before the step's batch is written. A draft
+How many tokens a sequence drafts is decided as for n-gram drafts (`DraftPace`), with the
+draft model's own cost added to the threshold: a drafted position takes one more draft decode
+(`position_s`, measured), so a draft model whose decode costs a large share of the target's
+step drafts only probes (the default model drafting for itself on a CPU does). The draft
+model is asked once per step for all sequences, before the step's batch is written. A draft
 context with no room drops the cells of sequences not drafting and tries once more; a broken
 or failing draft context is cleared and the step goes on without drafts: drafting never
 fails a request.
@@ -23,6 +26,7 @@ unit tests run it on a scripted fake.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -33,6 +37,9 @@ if TYPE_CHECKING:
     from edgeserve.engine.backend import Batch
 
 log = logging.getLogger("edgeserve.engine")
+
+# Weight left to earlier decodes at each measured draft decode (recent ones count most).
+COST_MEMORY = 0.9
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,18 @@ class DraftModel:
         self.catch_up = max(1, catch_up)
         # The tokens whose KV each draft sequence holds (positions 0 … len-1).
         self.held: dict[int, list[int]] = {seq: [] for seq in range(context.n_seq)}
+        # Seconds one drafted position takes (a decode of one token per drafting sequence),
+        # None until measured.
+        self.position_s: float | None = None
+
+    def step_share(self, line: tuple[float, float] | None, sequences: int) -> float:
+        """The share of a target step of `sequences` next tokens (`line`: the target's
+        `StepCost.line`) that one drafted position costs here; 0 until both are measured."""
+        if line is None or self.position_s is None:
+            return 0.0
+        fixed, per_row = line
+        step = fixed + per_row * max(1, sequences)
+        return self.position_s / step if step > 0.0 else 0.0
 
     def clear(self) -> None:
         """Forget every draft sequence (after the target context was made anew)."""
@@ -161,12 +180,20 @@ class DraftModel:
                 batch.add(drafts[i][-1], len(self.held[wants[i].seq]), wants[i].seq, True)
                 for i in live
             ]
+            started = time.perf_counter()
             if not self._decode({wants[i].seq for i in live}):
                 return
+            self._measured(time.perf_counter() - started)
             for i, row in zip(live, rows, strict=True):
                 self.held[wants[i].seq].append(drafts[i][-1])
                 drafts[i].append(self.context.greedy(row))
             live = [i for i in live if len(drafts[i]) < wants[i].k]
+
+    def _measured(self, seconds: float) -> None:
+        previous = self.position_s
+        self.position_s = (
+            seconds if previous is None else COST_MEMORY * previous + (1 - COST_MEMORY) * seconds
+        )
 
     def _decode(self, drafting: set[int]) -> bool:
         """Decode the batch; on no room, drop the cells of the sequences not in `drafting`

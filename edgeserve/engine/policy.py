@@ -345,6 +345,8 @@ class Scheduler:
             stepping += [(job, c) for c in job.choices if not c.done and c.pending is None]
         room = draft_room(len(stepping), self.draft_max)
         threshold = self.step_cost.threshold(len(stepping))
+        if self.draft_model is not None:
+            threshold += self.draft_model.step_share(self.step_cost.line(), len(stepping))
         drafts = self._drafts(stepping, room, threshold, batch.room - len(stepping) - 1)
         for (job, choice), draft in zip(stepping, drafts, strict=True):
             row = batch.add(choice.last_token, choice.n_past, choice.seq_id, True)

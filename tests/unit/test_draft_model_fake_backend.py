@@ -7,9 +7,11 @@ third one wrong."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from edgeserve.engine import policy
+from edgeserve.engine import policy, speculation
 from edgeserve.engine.draft_model import DraftModel
 from edgeserve.engine.jobs import JobState
 from edgeserve.engine.types import Finished, GrammarSpec
@@ -20,9 +22,19 @@ from tests.unit.test_speculation_fake_backend import CASES, REPEATING, CheapRows
 PROMPT = "the quick brown fox"
 
 
+class FixedRows(CheapRows):
+    """CheapRows, and no line learned from the test machine's clock: the draft model's own
+    cost adds nothing to the threshold unless a test sets `LINE`."""
+
+    LINE: tuple[float, float] | None = None
+
+    def line(self) -> tuple[float, float] | None:
+        return self.LINE
+
+
 @pytest.fixture(autouse=True)
 def cheap_rows(monkeypatch) -> None:
-    monkeypatch.setattr(policy, "StepCost", CheapRows)
+    monkeypatch.setattr(policy, "StepCost", FixedRows)
 
 
 def harness(draft_model: str | None, **config) -> Harness:
@@ -248,3 +260,28 @@ def test_a_restart_clears_the_draft_context():
     assert h.engine.restarts == 1
     assert draft_model(h).held == {seq: [] for seq in range(h.config.parallel)}
     assert_draft_in_step(h)
+
+
+def test_the_draft_model_s_cost_raises_the_threshold():
+    model = DraftModel(FakeDraftContext(harness("self").config), catch_up=8)
+    assert model.step_share((0.006, 0.014), 1) == 0.0  # its cost is not measured yet
+    model.position_s = 0.010
+    assert model.step_share(None, 1) == 0.0  # nor the target's
+    assert model.step_share((0.006, 0.014), 1) == pytest.approx(0.010 / 0.020)
+    assert model.step_share((0.006, 0.014), 4) == pytest.approx(0.010 / 0.062)
+
+
+@pytest.mark.parametrize("draft_s", [0.0, 0.02])
+def test_a_draft_model_as_slow_as_a_step_drafts_only_probes(monkeypatch, draft_s):
+    # A step of one row takes 20 ms; each draft decode draft_s (measured on the clock).
+    monkeypatch.setattr(FixedRows, "LINE", (0.006, 0.014))
+    h = harness("self")
+    draft_context(h).before_decode = lambda batch: time.sleep(draft_s)
+    _, events = h.submit(PROMPT, max_tokens=40)
+    h.run_until_idle()
+    h.assert_clean()
+    assert answers(events) == answers(run(PROMPT, None, max_tokens=40)[0])
+    if draft_s:  # a drafted position costs a whole step: probes of PROBE_LENGTH, spaced out
+        assert 0 < h.engine.drafted <= 6 * speculation.PROBE_LENGTH
+    else:
+        assert h.engine.drafted >= 30
