@@ -477,8 +477,9 @@ class Engine:
         if rc != 0:
             self._restart(f"llama_decode returned {rc}")
             return
-        if plan.rows and not plan.prefills:
-            scheduler.step_cost.record(plan.logit_rows, time.perf_counter() - started)
+        scheduler.step_cost.record(
+            plan.logit_rows + plan.ending_prompts, time.perf_counter() - started, plan.prompt_tokens
+        )
         for row, job, choice, draft in scheduler.commit(plan):
             if job.state.ended or choice.done:
                 continue
