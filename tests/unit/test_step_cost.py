@@ -7,6 +7,7 @@ import pytest
 from edgeserve.engine import step_cost
 from edgeserve.engine.step_cost import StepCost
 
+
 def test_step_cost_learns_what_a_row_costs():
     cost = StepCost()
     assert cost.threshold(1) == step_cost.PRIOR_THRESHOLD  # nothing measured yet
@@ -38,7 +39,6 @@ def test_step_cost_follows_a_change_of_load():
     for rows in [1, 4] * 400:
         cost.record(rows, 0.010 + 0.020 * rows)  # the machine got busy
     assert cheap < 0.15 < 0.6 < cost.threshold(1)
-
 
 
 def cpu_like() -> StepCost:
