@@ -335,7 +335,11 @@ class Settings:
         "N",
     )
     prefill_chunk: int = _setting(
-        64, _integer(1), "prompt tokens per step while streams are generating", "N"
+        16,
+        _integer(1),
+        "least prompt tokens per step while streams are generating (more while the step takes "
+        "at most twice its time without them)",
+        "N",
     )
     max_queue: int = _setting(64, _integer(0), "waiting requests before 503", "N")
     chat_template: str | None = _setting(

@@ -40,6 +40,8 @@ log = logging.getLogger("edgeserve.engine")
 
 # Weight left to earlier decodes at each measured draft decode (recent ones count most).
 COST_MEMORY = 0.9
+# The fewest tokens the draft sequences catch up by per step (see `catch_up_tokens`).
+MIN_CATCH_UP = 64
 
 
 @dataclass(frozen=True)
@@ -78,9 +80,16 @@ class DraftContext(Protocol):
         ...
 
 
-def batch_size(catch_up: int, n_seq: int) -> int:
+def catch_up_tokens(prefill_chunk: int) -> int:
+    """Tokens the draft sequences may catch up by per step: --prefill-chunk, at least
+    MIN_CATCH_UP (a draft model is small beside its target, and a long prompt should not
+    wait dozens of steps for its first draft)."""
+    return max(prefill_chunk, MIN_CATCH_UP)
+
+
+def batch_size(prefill_chunk: int, n_seq: int) -> int:
     """Tokens one draft decode may hold: a catch-up step, or one token per sequence."""
-    return max(catch_up, n_seq)
+    return max(catch_up_tokens(prefill_chunk), n_seq)
 
 
 class DraftModel:
@@ -95,14 +104,12 @@ class DraftModel:
         # None until measured.
         self.position_s: float | None = None
 
-    def step_share(self, line: tuple[float, float] | None, sequences: int) -> float:
-        """The share of a target step of `sequences` next tokens (`line`: the target's
-        `StepCost.line`) that one drafted position costs here; 0 until both are measured."""
-        if line is None or self.position_s is None:
+    def step_share(self, step_s: float | None) -> float:
+        """The share of a target step taking `step_s` seconds (`StepCost.generation_seconds`)
+        that one drafted position costs here; 0 until both are measured."""
+        if step_s is None or self.position_s is None or step_s <= 0.0:
             return 0.0
-        fixed, per_row = line
-        step = fixed + per_row * max(1, sequences)
-        return self.position_s / step if step > 0.0 else 0.0
+        return self.position_s / step_s
 
     def clear(self) -> None:
         """Forget every draft sequence (after the target context was made anew)."""

@@ -11,9 +11,10 @@ of the lead's KV once the prompt is in.
 
 Each generation step is ONE decode holding the next token of every generating choice plus
 chunks of waiting prompts (a prompt alone in the engine decodes its last token in a chunk of its
-own, see `_plan_generation`): up to the batch's room while nothing generates, else
-`prefill_chunk` tokens (times how many prefilling prompts there are per generating request),
-so a newcomer's prefill delays running streams by ~0.1 s per step instead of a whole prompt.
+own, see `_plan_generation`): up to the batch's room while nothing generates, else as many
+prompt tokens as keep the step within (1 + PREFILL_SHARE) times what it costs without them
+(`StepCost`, measured), and at least `prefill_chunk`: a newcomer's prefill holds running
+streams for about one more step's time per step instead of for its whole prompt.
 Score requests alternate with generation steps: one chunk of one text per turn, decoded alone
 in a separate scoring context (scores must not depend on what else runs), shorter while
 streams wait on it. Embeddings requests take the same turns: one decode of up to EMBED_CHUNK
@@ -45,7 +46,8 @@ from edgeserve.engine.jobs import (
 )
 from edgeserve.engine.scoring import TextState
 from edgeserve.engine.slots import SlotPool
-from edgeserve.engine.speculation import Drafter, DraftPace, StepCost, draft_room
+from edgeserve.engine.speculation import Drafter, DraftPace, draft_room
+from edgeserve.engine.step_cost import StepCost
 
 # Tokens (and logit rows) per score decode: a multiple of the CPU kernels' row blocks, so a
 # chunked text gives the same rows as a lone decode.
@@ -56,6 +58,9 @@ SCORE_CHUNK_BESIDE_STREAMS = 16
 # Tokens per embeddings decode while chat streams run, so that their next token waits on no
 # more than a score chunk does.
 EMBED_CHUNK_BESIDE_STREAMS = SCORE_CHUNK_BESIDE_STREAMS
+# Beside running streams, a step's prompt tokens may add this share of what the step costs
+# without them (1.0: a stream's next token comes at most about twice as late).
+PREFILL_SHARE = 1.0
 
 
 @dataclass
@@ -83,6 +88,16 @@ class GenerationPlan:
     def logit_rows(self) -> int:
         """The rows this step asks logits for (next tokens and drafts), prompts aside."""
         return sum(1 + len(draft) for _, _, _, draft in self.rows)
+
+    @property
+    def ending_prompts(self) -> int:
+        """Prompts whose last token is in this step (each gives one more logit row)."""
+        return sum(row is not None for _, _, row in self.prefills)
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The prompt tokens of this step that give no logit row."""
+        return sum(take for _, take, _ in self.prefills) - self.ending_prompts
 
 
 @dataclass
@@ -346,7 +361,8 @@ class Scheduler:
         room = draft_room(len(stepping), self.draft_max)
         threshold = self.step_cost.threshold(len(stepping))
         if self.draft_model is not None:
-            threshold += self.draft_model.step_share(self.step_cost.line(), len(stepping))
+            step_s = self.step_cost.generation_seconds(max(1, len(stepping)))
+            threshold += self.draft_model.step_share(step_s)
         drafts = self._drafts(stepping, room, threshold, batch.room - len(stepping) - 1)
         for (job, choice), draft in zip(stepping, drafts, strict=True):
             row = batch.add(choice.last_token, choice.n_past, choice.seq_id, True)
@@ -354,8 +370,10 @@ class Scheduler:
                 batch.add_span(draft, choice.n_past + 1, choice.seq_id, range(len(draft)))
             plan.rows.append((row, job, choice, tuple(draft)))
         budget = batch.room
+        row_tokens = 0
         if generating:
-            budget = min(budget, self.prefill_chunk * max(1, -(-len(prefilling) // generating)))
+            budget = min(budget, self._prefill_budget(plan.logit_rows))
+            row_tokens = self._row_in_prompt_tokens()
         # Alone in the engine, a prompt's last token (whose row gives the first answer token)
         # is decoded in a step of its own, as it is after a prefix-cache hit: llama.cpp's CPU
         # kernels give a row different values inside a multi-row chunk, so a cold prompt would
@@ -367,8 +385,8 @@ class Scheduler:
             take = min(batch.room, budget, left - 1 if quiet and left > 1 else left)
             if take <= 0:
                 break
-            budget -= take
             last = job.prefilled + take == len(job.tokens)
+            budget -= take + (row_tokens if last else 0)
             start = batch.add_span(
                 job.tokens[job.prefilled : job.prefilled + take],
                 job.prefilled,
@@ -377,6 +395,24 @@ class Scheduler:
             )
             plan.prefills.append((job, take, start + take - 1 if last else None))
         return plan
+
+    def _prefill_budget(self, rows: int) -> int:
+        """Prompt tokens a step may take beside `rows` logit rows of running streams: as
+        many as keep it within (1 + PREFILL_SHARE) times its cost without them, at least
+        `prefill_chunk` (also while the costs are not measured yet)."""
+        cost = self.step_cost
+        alone = cost.generation_seconds(rows)
+        if alone is None:
+            return self.prefill_chunk
+        fit = cost.prompt_tokens_within(alone * (1.0 + PREFILL_SHARE), rows)
+        return max(self.prefill_chunk, fit or 0)
+
+    def _row_in_prompt_tokens(self) -> int:
+        """What the logit row of a prompt's last token costs, in prompt tokens."""
+        per_token = self.step_cost.token_seconds()
+        if not per_token:
+            return 0
+        return round(self.step_cost.row_seconds() / per_token)
 
     def _drafts(
         self, stepping: list[tuple[Job, Choice]], room: int, threshold: float, spare: int

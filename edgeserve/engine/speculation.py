@@ -8,16 +8,16 @@ engine then samples the rows in order with the sequence's own sampler and keeps 
 only while the sampled token equals it, so the answer is the one the sampler would have made
 one token per step (the rejected drafts' cells are removed from the KV cache).
 
-Whether a draft pays depends on the hardware, so the engine measures it (`StepCost`): on a GPU
-an extra logit row costs a small share of a step and long drafts pay even when half of them
-is kept; on a small CPU (Gemma 3 270M on 2 AVX2 cores: 21 ms for one row, +14 ms for each
-more) a row costs most of a step, and only drafts kept ~80% of the time pay. Each sequence
-estimates how likely its next drafted token is to be kept (`Drafter.acceptance`, from its
-recent drafts) and drafts the positions whose chance of being kept is above the share of the
-step one more row costs (`StepCost.threshold`); a sequence whose drafts do not pay drafts a
-short probe after a growing wait, to notice when its answer starts copying. The scheduler
-caps the rows of a step (`draft_room`), and the threshold grows with the sequences in a step,
-so drafts shrink as more sequences generate at once.
+Whether a draft pays depends on the hardware, so the engine measures it (`StepCost`, in
+step_cost.py): on a GPU an extra logit row costs a small share of a step and long drafts pay
+even when half of them is kept; on a small CPU (Gemma 3 270M on 2 AVX2 cores: 21 ms for one
+row, +14 ms for each more) a row costs most of a step, and only drafts kept ~80% of the time
+pay. Each sequence estimates how likely its next drafted token is to be kept
+(`Drafter.acceptance`, from its recent drafts) and drafts the positions whose chance of being
+kept is above the share of the step one more row costs (`StepCost.threshold`); a sequence
+whose drafts do not pay drafts a short probe after a growing wait, to notice when its answer
+starts copying. The scheduler caps the rows of a step (`draft_room`), and the threshold grows
+with the sequences in a step, so drafts shrink as more sequences generate at once.
 """
 
 from __future__ import annotations
@@ -38,12 +38,6 @@ PRIOR_KEPT = 3.0
 PRIOR_MISSED = 1.0
 # Weight left to earlier drafts at each verification (recent drafts count most).
 DRAFT_MEMORY = 0.8
-# Weight left to earlier steps at each recorded step, and the spread of rows (variance, in
-# rows squared) below which the steps say nothing of a row's cost: the threshold is then
-# PRIOR_THRESHOLD.
-STEP_MEMORY = 0.995
-MIN_ROW_SPREAD = 0.05
-PRIOR_THRESHOLD = 0.5
 
 
 def draft_room(generating_rows: int, draft_max: int) -> int:
@@ -51,52 +45,6 @@ def draft_room(generating_rows: int, draft_max: int) -> int:
     if generating_rows <= 0:
         return 0
     return max(0, min(draft_max, STEP_ROWS // generating_rows - 1))
-
-
-class StepCost:
-    """Decode time against logit rows on this hardware: a least-squares line
-    `seconds = fixed + per_row * rows` over the recent generation steps (older steps weigh
-    less, so it follows the machine's load)."""
-
-    def __init__(self) -> None:
-        self._weight = 0.0
-        self._rows = 0.0
-        self._rows2 = 0.0
-        self._seconds = 0.0
-        self._cross = 0.0
-
-    def record(self, rows: int, seconds: float) -> None:
-        """One generation step (no prompt tokens in it): `rows` logit rows in `seconds`."""
-        keep = STEP_MEMORY
-        self._weight = keep * self._weight + 1.0
-        self._rows = keep * self._rows + rows
-        self._rows2 = keep * self._rows2 + rows * rows
-        self._seconds = keep * self._seconds + seconds
-        self._cross = keep * self._cross + rows * seconds
-
-    def line(self) -> tuple[float, float] | None:
-        """(fixed, per_row) seconds, or None while the steps' rows hardly vary."""
-        if self._weight <= 0.0:
-            return None
-        mean_rows = self._rows / self._weight
-        spread = self._rows2 / self._weight - mean_rows * mean_rows
-        if spread < MIN_ROW_SPREAD:
-            return None
-        mean_seconds = self._seconds / self._weight
-        per_row = (self._cross / self._weight - mean_rows * mean_seconds) / spread
-        per_row = max(0.0, per_row)
-        return max(0.0, mean_seconds - per_row * mean_rows), per_row
-
-    def threshold(self, sequences: int) -> float:
-        """The chance of being kept a drafted token needs to pay in a step of `sequences`
-        next tokens: the share of that step one more row costs (then the tokens it is
-        expected to add come at least as fast as the step's own)."""
-        line = self.line()
-        if line is None:
-            return PRIOR_THRESHOLD
-        fixed, per_row = line
-        step = fixed + per_row * max(1, sequences)
-        return 0.0 if step <= 0.0 else per_row * max(1, sequences) / step
 
 
 class NgramIndex:

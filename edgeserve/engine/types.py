@@ -23,7 +23,7 @@ class EngineConfig:
     n_threads: int | None = None
     n_gpu_layers: int = -1
     n_batch: int = 2048
-    prefill_chunk: int = 64
+    prefill_chunk: int = 16
     max_queue: int = 64
     chat_template: str | None = None
     flash_attn: bool = False

@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from edgeserve.engine.backend import Backend, LlamaBackend
-from edgeserve.engine.draft_model import DraftModel
+from edgeserve.engine.draft_model import DraftModel, catch_up_tokens
 from edgeserve.engine.jobs import AnyJob, Choice, EmbedJob, Job, Prompt, ScoreJob, Sink
 from edgeserve.engine.policy import (
     EmbedPlan,
@@ -354,7 +354,9 @@ class Engine:
             n_seq=backend.n_seq,
             prefill_chunk=self.config.prefill_chunk,
             draft_max=self.config.draft_max,
-            draft_model=DraftModel(draft, self.config.prefill_chunk) if draft else None,
+            draft_model=(
+                DraftModel(draft, catch_up_tokens(self.config.prefill_chunk)) if draft else None
+            ),
         )
         self._softmax = LogSoftmax(backend.n_vocab)
         self.backend = backend
@@ -481,8 +483,9 @@ class Engine:
         if rc != 0:
             self._restart(f"llama_decode returned {rc}")
             return
-        if plan.rows and not plan.prefills:
-            scheduler.step_cost.record(plan.logit_rows, time.perf_counter() - started)
+        scheduler.step_cost.record(
+            plan.logit_rows + plan.ending_prompts, time.perf_counter() - started, plan.prompt_tokens
+        )
         for row, job, choice, draft in scheduler.commit(plan):
             if job.state.ended or choice.done:
                 continue

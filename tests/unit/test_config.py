@@ -77,7 +77,7 @@ def test_defaults(model):
         n_gpu_layers=-1,
         threads=physical_cores(),
         batch_size=2048,
-        prefill_chunk=64,
+        prefill_chunk=16,
         max_queue=64,
         chat_template=None,
         flash_attn=False,

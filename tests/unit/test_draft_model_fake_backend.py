@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from edgeserve.engine import policy, speculation
+from edgeserve.engine import speculation
 from edgeserve.engine.draft_model import DraftModel
 from edgeserve.engine.jobs import JobState
 from edgeserve.engine.types import Finished, GrammarSpec
@@ -23,18 +23,19 @@ PROMPT = "the quick brown fox"
 
 
 class FixedRows(CheapRows):
-    """CheapRows, and no line learned from the test machine's clock: the draft model's own
-    cost adds nothing to the threshold unless a test sets `LINE`."""
+    """CheapRows (nothing learned from the test machine's clock), and a step of one row that
+    takes `STEP_S` seconds: the draft model's own cost adds nothing to the threshold unless a
+    test sets it."""
 
-    LINE: tuple[float, float] | None = None
+    STEP_S: float | None = None
 
-    def line(self) -> tuple[float, float] | None:
-        return self.LINE
+    def generation_seconds(self, rows: int) -> float | None:
+        return None if self.STEP_S is None else self.STEP_S * rows
 
 
 @pytest.fixture(autouse=True)
 def cheap_rows(monkeypatch) -> None:
-    monkeypatch.setattr(policy, "StepCost", FixedRows)
+    monkeypatch.setattr(Harness, "cost", FixedRows)
 
 
 def harness(draft_model: str | None, **config) -> Harness:
@@ -126,7 +127,7 @@ def test_sequences_draft_together_one_decode_per_position():
 
 def test_a_long_history_catches_up_over_several_steps():
     h = harness("self")
-    job, events = h.submit(PROMPT * 2, max_tokens=12)
+    job, events = h.submit(PROMPT * 8, max_tokens=12)
     while job.state is not JobState.GENERATING:
         h.step()
     steps_before_a_draft = 0
@@ -138,7 +139,7 @@ def test_a_long_history_catches_up_over_several_steps():
     assert steps_before_a_draft >= len(job.tokens) // capacity
     h.run_until_idle()
     h.assert_clean()
-    assert answers(events) == answers(run(PROMPT * 2, None, max_tokens=12)[0])
+    assert answers(events) == answers(run(PROMPT * 8, None, max_tokens=12)[0])
 
 
 def test_a_cancel_mid_draft_frees_everything():
@@ -263,18 +264,19 @@ def test_a_restart_clears_the_draft_context():
 
 
 def test_the_draft_model_s_cost_raises_the_threshold():
-    model = DraftModel(FakeDraftContext(harness("self").config), catch_up=8)
-    assert model.step_share((0.006, 0.014), 1) == 0.0  # its cost is not measured yet
+    model = DraftModel(FakeDraftContext(harness("self").config), catch_up=64)
+    assert model.step_share(0.020) == 0.0  # its cost is not measured yet
     model.position_s = 0.010
-    assert model.step_share(None, 1) == 0.0  # nor the target's
-    assert model.step_share((0.006, 0.014), 1) == pytest.approx(0.010 / 0.020)
-    assert model.step_share((0.006, 0.014), 4) == pytest.approx(0.010 / 0.062)
+    assert model.step_share(None) == 0.0  # nor the target's
+    assert model.step_share(0.020) == pytest.approx(0.5)
+    assert model.step_share(0.080) == pytest.approx(0.125)
 
 
 @pytest.mark.parametrize("draft_s", [0.0, 0.02])
 def test_a_draft_model_as_slow_as_a_step_drafts_only_probes(monkeypatch, draft_s):
-    # A step of one row takes 20 ms; each draft decode draft_s (measured on the clock).
-    monkeypatch.setattr(FixedRows, "LINE", (0.006, 0.014))
+    # A step of one row takes 20 ms; each draft decode draft_s (measured on the clock). The
+    # first draft comes before any draft decode is measured, then only probes.
+    monkeypatch.setattr(FixedRows, "STEP_S", 0.020)
     h = harness("self")
     draft_context(h).before_decode = lambda batch: time.sleep(draft_s)
     _, events = h.submit(PROMPT, max_tokens=40)
@@ -282,6 +284,6 @@ def test_a_draft_model_as_slow_as_a_step_drafts_only_probes(monkeypatch, draft_s
     h.assert_clean()
     assert answers(events) == answers(run(PROMPT, None, max_tokens=40)[0])
     if draft_s:  # a drafted position costs a whole step: probes of PROBE_LENGTH, spaced out
-        assert 0 < h.engine.drafted <= 6 * speculation.PROBE_LENGTH
+        assert 0 < h.engine.drafted <= 8 * speculation.PROBE_LENGTH
     else:
         assert h.engine.drafted >= 30

@@ -16,6 +16,7 @@ import pytest
 from edgeserve.engine import worker
 from edgeserve.engine.jobs import Job, JobState, ScoreJob, Sink
 from edgeserve.engine.policy import InvariantError, Scheduler
+from edgeserve.engine.step_cost import StepCost
 from edgeserve.engine.types import (
     ChatPrompt,
     ChatTurn,
@@ -61,8 +62,19 @@ class InlineLoop:
         callback(*args)
 
 
+class UnmeasuredCost(StepCost):
+    """Step costs that learn nothing: the fake backend's decode times are not a machine's, so
+    prefill takes `prefill_chunk` beside streams and drafts face the prior threshold."""
+
+    def record(self, rows: int, seconds: float, prompt_tokens: int = 0) -> None:
+        return
+
+
 class Harness:
-    """An Engine on a FakeBackend, stepped by the test (no engine thread)."""
+    """An Engine on a FakeBackend, stepped by the test (no engine thread). `cost` is the
+    scheduler's StepCost."""
+
+    cost: type[StepCost] = UnmeasuredCost
 
     def __init__(self, **config) -> None:
         defaults = {"model_path": "fake", "n_ctx": 256, "parallel": 4, "n_batch": 64}
@@ -71,6 +83,7 @@ class Harness:
         assert self.engine.load()
         self.backend: FakeBackend = self.engine.backend  # type: ignore[assignment]
         self.scheduler: Scheduler = self.engine.scheduler  # type: ignore[assignment]
+        self.scheduler.step_cost = self.cost()
 
     def submit(
         self, prompt: str | TokenPrompt = "hello there", n: int = 1, **params
@@ -346,6 +359,78 @@ def test_prefill_shares_a_step_with_running_streams():
     generating = [t for t in last if t[3] and t[2] == 0]
     prefill = [t for t in last if t[2] != 0]
     assert len(generating) == 1 and len(prefill) == 8  # prefill_chunk while a stream runs
+    h.run_until_idle()
+    h.assert_clean()
+
+
+class ScriptedCost(UnmeasuredCost):
+    """Fixed step costs: 20 ms a logit row, 2 ms a prompt token."""
+
+    def generation_seconds(self, rows: int) -> float | None:
+        return 0.020 * rows
+
+    def row_seconds(self) -> float:
+        return 0.020
+
+    def token_seconds(self) -> float | None:
+        return 0.002
+
+
+def prompt_tokens_in(decode: list[tuple], job: Job) -> int:
+    return sum(1 for t in decode if t[2] == job.lead.seq_id)
+
+
+def test_prefill_beside_streams_keeps_the_step_within_twice_its_time(monkeypatch):
+    monkeypatch.setattr(Harness, "cost", ScriptedCost)
+    h = Harness(n_batch=128)
+    stream, _ = h.submit("s", max_tokens=40)
+    h.step(2)
+    long_job, _ = h.submit("t" * 95, max_tokens=2)
+    newer, _ = h.submit("v" * 20, max_tokens=2)
+    h.step()
+    # One stream: its step costs 20 ms, so 20 ms of prompt tokens (10) may join it, all of
+    # them the older prompt's (FIFO).
+    assert prompt_tokens_in(h.backend.decodes[-1], long_job) == 10
+    assert prompt_tokens_in(h.backend.decodes[-1], stream) == 1
+    assert len(h.backend.decodes[-1]) == 11
+    while long_job.prefilled + 10 < len(long_job.tokens):
+        h.step()
+    left = len(long_job.tokens) - long_job.prefilled
+    assert 0 < left < 10
+    h.step()
+    # The prompt's last chunk also costs its logit row (20 ms = 10 tokens): the newer prompt
+    # gets none of the budget its tokens leave.
+    assert prompt_tokens_in(h.backend.decodes[-1], long_job) == left
+    assert long_job.state is JobState.GENERATING and newer.prefilled == 0
+    h.run_until_idle()
+    h.assert_clean()
+
+
+def test_prefill_beside_more_streams_takes_more_prompt_tokens(monkeypatch):
+    monkeypatch.setattr(Harness, "cost", ScriptedCost)
+    h = Harness(n_batch=128)
+    for letter in "abc":
+        h.submit(letter, max_tokens=30)
+    h.step(3)
+    job, _ = h.submit("w" * 100, max_tokens=2)
+    h.step()
+    assert prompt_tokens_in(h.backend.decodes[-1], job) == 30  # 3 streams: 60 ms, 30 tokens
+    h.run_until_idle()
+    h.assert_clean()
+
+
+def test_prefill_takes_at_least_prefill_chunk_beside_streams(monkeypatch):
+    class SlowPrompts(ScriptedCost):
+        def token_seconds(self) -> float | None:
+            return 0.050  # a prompt token costs more than the whole step
+
+    monkeypatch.setattr(Harness, "cost", SlowPrompts)
+    h = Harness(n_batch=128)
+    h.submit("s", max_tokens=30)
+    h.step(2)
+    job, _ = h.submit("t" * 50, max_tokens=2)
+    h.step()
+    assert prompt_tokens_in(h.backend.decodes[-1], job) == 8  # prefill_chunk: it still advances
     h.run_until_idle()
     h.assert_clean()
 

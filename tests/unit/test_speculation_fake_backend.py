@@ -11,17 +11,17 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from edgeserve.engine import policy, speculation
-from edgeserve.engine.speculation import Drafter, NgramIndex, StepCost, draft_room
+from edgeserve.engine import speculation
+from edgeserve.engine.speculation import Drafter, NgramIndex, draft_room
 from edgeserve.engine.types import Finished, GrammarSpec, TokenLogprob
 from tests.unit.fake_backend import EOS, FIRST_LETTER, history_logits
-from tests.unit.test_engine_fake_backend import Harness, answers, finishes
+from tests.unit.test_engine_fake_backend import Harness, UnmeasuredCost, answers, finishes
 
 REPEATING = "abcd efgh abcd efgh abcd efgh abcd"
 CHEAP = 0.3  # a drafted token pays when kept 30% of the time (a row costs 30% of a step)
 
 
-class CheapRows(StepCost):
+class CheapRows(UnmeasuredCost):
     """The engine's step costs, fixed: a row costs CHEAP of a step."""
 
     def threshold(self, sequences: int) -> float:
@@ -30,7 +30,7 @@ class CheapRows(StepCost):
 
 @pytest.fixture(autouse=True)
 def cheap_rows(monkeypatch) -> None:
-    monkeypatch.setattr(policy, "StepCost", CheapRows)
+    monkeypatch.setattr(Harness, "cost", CheapRows)
 
 
 def oracle(right: int):
@@ -219,39 +219,6 @@ def test_drafts_that_do_not_pay_become_spaced_out_probes():
         drafter.adapt(2, 2)  # the answer started copying: probes are kept whole
     assert waits(drafter, 0.7) <= speculation.MAX_BACKOFF
     assert waits(drafter, 0.7) == 0 and drafter.length(0.7) > speculation.PROBE_LENGTH
-
-
-def test_step_cost_learns_what_a_row_costs():
-    cost = StepCost()
-    assert cost.threshold(1) == speculation.PRIOR_THRESHOLD  # nothing measured yet
-    for _ in range(20):
-        cost.record(1, 0.021)
-    assert cost.line() is None, "steps of one row say nothing of a row's cost"
-    cpu = StepCost()  # ~this machine: 6 ms a step, 14 ms a row
-    for rows in [1, 2, 1, 5, 1, 1, 8, 3] * 5:
-        cpu.record(rows, 0.006 + 0.014 * rows)
-    fixed, per_row = cpu.line()
-    assert fixed == pytest.approx(0.006) and per_row == pytest.approx(0.014)
-    assert cpu.threshold(1) == pytest.approx(0.014 / 0.020)
-    assert cpu.threshold(8) == pytest.approx(0.112 / 0.118)  # busier: drafts must be surer
-    gpu = StepCost()  # a row costs little beside the step
-    for rows in [1, 2, 1, 5, 1, 9] * 5:
-        gpu.record(rows, 0.010 + 0.0002 * rows)
-    assert gpu.threshold(1) < 0.05
-    noisy = StepCost()  # more rows took less time: no cost is learned below zero
-    for rows, seconds in [(1, 0.02), (4, 0.01)] * 4:
-        noisy.record(rows, seconds)
-    assert noisy.threshold(1) == 0.0
-
-
-def test_step_cost_follows_a_change_of_load():
-    cost = StepCost()
-    for rows in [1, 4] * 200:
-        cost.record(rows, 0.010 + 0.001 * rows)
-    cheap = cost.threshold(1)
-    for rows in [1, 4] * 400:
-        cost.record(rows, 0.010 + 0.020 * rows)  # the machine got busy
-    assert cheap < 0.15 < 0.6 < cost.threshold(1)
 
 
 def test_drafter_reads_the_answer_as_it_grows():

@@ -1,0 +1,110 @@
+"""What a decode costs on this hardware, learned from the steps the engine runs.
+
+Two things depend on it. Speculation (speculation.py) drafts a token only when its chance of
+being kept is above the share of the step one more logit row costs (`StepCost.threshold`).
+Prefill beside running streams (policy.py) takes as many prompt tokens as keep the step
+within its time budget (`StepCost.prompt_tokens_within`), so a newcomer's prompt holds the
+streams' next tokens for a bounded time whatever the hardware.
+
+A step's time is modelled as `fixed + per_row * rows + per_token * prompt_tokens`: `fixed`
+and `per_row` are a least-squares line over the steps without prompt tokens, `per_token` a
+fit through the origin of what the steps with prompt tokens took beyond that line. Older
+steps weigh less, so the model follows the machine's load.
+"""
+
+from __future__ import annotations
+
+import math
+
+# Weight left to earlier steps at each recorded step.
+STEP_MEMORY = 0.995
+# The spread of rows (variance, in rows squared) below which the steps say nothing of a row's
+# cost: the threshold is then PRIOR_THRESHOLD.
+MIN_ROW_SPREAD = 0.05
+PRIOR_THRESHOLD = 0.5
+# A prompt token is taken to cost at least this much (a measured 0 would make room for any
+# number of them).
+MIN_TOKEN_SECONDS = 1e-6
+
+
+class StepCost:
+    """Decode time against logit rows and prompt tokens (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._weight = 0.0
+        self._rows = 0.0
+        self._rows2 = 0.0
+        self._seconds = 0.0
+        self._cross = 0.0
+        self._tokens2 = 0.0
+        self._token_seconds = 0.0
+
+    def record(self, rows: int, seconds: float, prompt_tokens: int = 0) -> None:
+        """One generation step: `rows` logit rows and `prompt_tokens` other tokens of
+        prompts, decoded in `seconds`."""
+        keep = STEP_MEMORY
+        if prompt_tokens > 0:
+            beyond = max(0.0, seconds - (self.generation_seconds(rows) or 0.0))
+            self._tokens2 = keep * self._tokens2 + prompt_tokens * prompt_tokens
+            self._token_seconds = keep * self._token_seconds + prompt_tokens * beyond
+            return
+        self._weight = keep * self._weight + 1.0
+        self._rows = keep * self._rows + rows
+        self._rows2 = keep * self._rows2 + rows * rows
+        self._seconds = keep * self._seconds + seconds
+        self._cross = keep * self._cross + rows * seconds
+
+    def line(self) -> tuple[float, float] | None:
+        """(fixed, per_row) seconds, or None while the steps' rows hardly vary."""
+        if self._weight <= 0.0:
+            return None
+        mean_rows = self._rows / self._weight
+        spread = self._rows2 / self._weight - mean_rows * mean_rows
+        if spread < MIN_ROW_SPREAD:
+            return None
+        mean_seconds = self._seconds / self._weight
+        per_row = (self._cross / self._weight - mean_rows * mean_seconds) / spread
+        per_row = max(0.0, per_row)
+        return max(0.0, mean_seconds - per_row * mean_rows), per_row
+
+    def generation_seconds(self, rows: int) -> float | None:
+        """The expected time of a step of `rows` logit rows and no prompt tokens (the line,
+        or while rows hardly vary, the recent steps' time per row); None before any step."""
+        line = self.line()
+        if line is not None:
+            return line[0] + line[1] * rows
+        if self._rows <= 0.0:
+            return None
+        return self._seconds / self._rows * rows
+
+    def row_seconds(self) -> float:
+        """What one more logit row adds to a step (0 until it is known)."""
+        line = self.line()
+        return line[1] if line is not None else 0.0
+
+    def token_seconds(self) -> float | None:
+        """What one prompt token adds to a step; None before a step with prompt tokens."""
+        if self._tokens2 <= 0.0:
+            return None
+        return self._token_seconds / self._tokens2
+
+    def prompt_tokens_within(self, seconds: float, rows: int) -> int | None:
+        """How many prompt tokens a step of `rows` logit rows can take and still last at
+        most `seconds`; None while either cost is unknown."""
+        step = self.generation_seconds(rows)
+        per_token = self.token_seconds()
+        if step is None or per_token is None:
+            return None
+        fit = (seconds - step) / max(per_token, MIN_TOKEN_SECONDS)
+        return max(0, math.floor(fit + 1e-9))  # 1e-9: 9.999… tokens of float error are 10
+
+    def threshold(self, sequences: int) -> float:
+        """The chance of being kept a drafted token needs to pay in a step of `sequences`
+        next tokens: the share of that step one more row costs (then the tokens it is
+        expected to add come at least as fast as the step's own)."""
+        line = self.line()
+        if line is None:
+            return PRIOR_THRESHOLD
+        fixed, per_row = line
+        step = fixed + per_row * max(1, sequences)
+        return 0.0 if step <= 0.0 else per_row * max(1, sequences) / step

@@ -1,0 +1,85 @@
+"""StepCost: what a decode costs, learned from measured steps (pure arithmetic, no model)."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgeserve.engine import step_cost
+from edgeserve.engine.step_cost import StepCost
+
+
+def test_step_cost_learns_what_a_row_costs():
+    cost = StepCost()
+    assert cost.threshold(1) == step_cost.PRIOR_THRESHOLD  # nothing measured yet
+    for _ in range(20):
+        cost.record(1, 0.021)
+    assert cost.line() is None, "steps of one row say nothing of a row's cost"
+    cpu = StepCost()  # ~this machine: 6 ms a step, 14 ms a row
+    for rows in [1, 2, 1, 5, 1, 1, 8, 3] * 5:
+        cpu.record(rows, 0.006 + 0.014 * rows)
+    fixed, per_row = cpu.line()
+    assert fixed == pytest.approx(0.006) and per_row == pytest.approx(0.014)
+    assert cpu.threshold(1) == pytest.approx(0.014 / 0.020)
+    assert cpu.threshold(8) == pytest.approx(0.112 / 0.118)  # busier: drafts must be surer
+    gpu = StepCost()  # a row costs little beside the step
+    for rows in [1, 2, 1, 5, 1, 9] * 5:
+        gpu.record(rows, 0.010 + 0.0002 * rows)
+    assert gpu.threshold(1) < 0.05
+    noisy = StepCost()  # more rows took less time: no cost is learned below zero
+    for rows, seconds in [(1, 0.02), (4, 0.01)] * 4:
+        noisy.record(rows, seconds)
+    assert noisy.threshold(1) == 0.0
+
+
+def test_step_cost_follows_a_change_of_load():
+    cost = StepCost()
+    for rows in [1, 4] * 200:
+        cost.record(rows, 0.010 + 0.001 * rows)
+    cheap = cost.threshold(1)
+    for rows in [1, 4] * 400:
+        cost.record(rows, 0.010 + 0.020 * rows)  # the machine got busy
+    assert cheap < 0.15 < 0.6 < cost.threshold(1)
+
+
+def cpu_like() -> StepCost:
+    """~this machine: 6 ms a step, 14 ms a logit row, 1.5 ms a prompt token."""
+    cost = StepCost()
+    for rows in [1, 2, 1, 5, 1, 1, 8, 3] * 5:
+        cost.record(rows, 0.006 + 0.014 * rows)
+    for rows, tokens in [(1, 16), (2, 40), (0, 300), (1, 64)] * 3:
+        cost.record(rows, 0.006 + 0.014 * rows + 0.0015 * tokens, tokens)
+    return cost
+
+
+def test_step_cost_learns_what_a_prompt_token_costs():
+    cost = StepCost()
+    assert cost.token_seconds() is None and cost.generation_seconds(1) is None
+    assert cost.prompt_tokens_within(1.0, 1) is None  # nothing measured: no budget
+    cost = cpu_like()
+    assert cost.token_seconds() == pytest.approx(0.0015)
+    assert cost.generation_seconds(2) == pytest.approx(0.034)
+    assert cost.row_seconds() == pytest.approx(0.014)
+    # One stream (20 ms) and a budget of twice that: 20 ms of prompt tokens fit, 13 of them.
+    assert cost.prompt_tokens_within(0.040, 1) == 13
+    assert cost.prompt_tokens_within(0.010, 1) == 0  # the step alone is over the budget
+
+
+def test_prompt_token_cost_without_a_row_line():
+    # One stream, no drafts: every step has one row, so no line; the steps' own time stands
+    # in for the step without prompt tokens.
+    cost = StepCost()
+    for _ in range(30):
+        cost.record(1, 0.020)
+    for tokens in (16, 32, 64) * 4:
+        cost.record(1, 0.020 + 0.002 * tokens, tokens)
+    assert cost.line() is None
+    assert cost.generation_seconds(1) == pytest.approx(0.020)
+    assert cost.token_seconds() == pytest.approx(0.002)
+    assert cost.prompt_tokens_within(0.040, 1) == 10
+
+
+def test_prompt_token_cost_follows_a_change_of_load():
+    cost = cpu_like()
+    for _ in range(800):
+        cost.record(1, 0.020 + 0.006 * 32, 32)  # the machine got busy: 4x a prompt token
+    assert cost.token_seconds() == pytest.approx(0.006, rel=0.05)
