@@ -45,7 +45,7 @@ from edgeserve.engine.jobs import (
 )
 from edgeserve.engine.scoring import TextState
 from edgeserve.engine.slots import SlotPool
-from edgeserve.engine.speculation import Drafter, draft_room
+from edgeserve.engine.speculation import STEP_ROWS, Drafter, draft_room
 from edgeserve.engine.step_cost import StepCost
 
 # Tokens (and logit rows) per score decode: a multiple of the CPU kernels' row blocks, so a
@@ -60,6 +60,10 @@ EMBED_CHUNK_BESIDE_STREAMS = SCORE_CHUNK_BESIDE_STREAMS
 # Beside running streams, a step's prompt tokens may add this share of what the step costs
 # without them (1.0: a stream's next token comes at most about twice as late).
 PREFILL_SHARE = 1.0
+# Beside other streams, a step's drafted rows may add this share of what the step costs
+# without them: a stream's tokens are not held back by others' speculation (on a 2-core CPU a
+# row costs ~70% of a step, so only a sequence alone drafts there; on a GPU rows are cheap).
+DRAFT_SHARE = 0.1
 
 
 @dataclass
@@ -349,10 +353,12 @@ class Scheduler:
             stepping += [(job, c) for c in job.choices if not c.done and c.pending is None]
         room = draft_room(len(stepping), self.draft_max)
         threshold = self.step_cost.threshold(len(stepping))
+        spare = self._draft_rows_beside(len(stepping))
         for job, choice in stepping:
             row = batch.add(choice.last_token, choice.n_past, choice.seq_id, True)
             batch_room = batch.room - len(stepping) + len(plan.rows)
-            draft = self._draft(job, choice, min(room, batch_room), threshold)
+            draft = self._draft(job, choice, min(room, batch_room, spare), threshold)
+            spare -= len(draft)
             if draft:
                 batch.add_span(draft, choice.n_past + 1, choice.seq_id, range(len(draft)))
             plan.rows.append((row, job, choice, tuple(draft)))
@@ -382,6 +388,17 @@ class Scheduler:
             )
             plan.prefills.append((job, take, start + take - 1 if last else None))
         return plan
+
+    def _draft_rows_beside(self, sequences: int) -> int:
+        """Drafted rows a step of `sequences` next tokens may carry in all: a sequence alone
+        drafts what pays for itself, but beside others its drafts may add only DRAFT_SHARE
+        to the step (each row delays every other stream's next token). Unbounded until a
+        row's cost is measured."""
+        per_row = self.step_cost.row_seconds()
+        step = self.step_cost.generation_seconds(sequences)
+        if sequences <= 1 or per_row <= 0.0 or step is None:
+            return STEP_ROWS
+        return int(DRAFT_SHARE * step / per_row)
 
     def _prefill_budget(self, rows: int) -> int:
         """Prompt tokens a step may take beside `rows` logit rows of running streams: as
