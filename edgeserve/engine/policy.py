@@ -46,7 +46,7 @@ from edgeserve.engine.jobs import (
 )
 from edgeserve.engine.scoring import TextState
 from edgeserve.engine.slots import SlotPool
-from edgeserve.engine.speculation import Drafter, DraftPace, draft_room
+from edgeserve.engine.speculation import STEP_ROWS, Drafter, DraftPace, draft_room
 from edgeserve.engine.step_cost import StepCost
 
 # Tokens (and logit rows) per score decode: a multiple of the CPU kernels' row blocks, so a
@@ -61,6 +61,10 @@ EMBED_CHUNK_BESIDE_STREAMS = SCORE_CHUNK_BESIDE_STREAMS
 # Beside running streams, a step's prompt tokens may add this share of what the step costs
 # without them (1.0: a stream's next token comes at most about twice as late).
 PREFILL_SHARE = 1.0
+# Beside other streams, a step's drafted rows may add this share of what the step costs
+# without them: a stream's tokens are not held back by others' speculation (on a 2-core CPU a
+# row costs ~70% of a step, so only a sequence alone drafts there; on a GPU rows are cheap).
+DRAFT_SHARE = 0.1
 
 
 @dataclass
@@ -363,7 +367,8 @@ class Scheduler:
         if self.draft_model is not None:
             step_s = self.step_cost.generation_seconds(max(1, len(stepping)))
             threshold += self.draft_model.step_share(step_s)
-        drafts = self._drafts(stepping, room, threshold, batch.room - len(stepping) - 1)
+        spare = min(batch.room - len(stepping) - 1, self._draft_rows_beside(len(stepping)))
+        drafts = self._drafts(stepping, room, threshold, spare)
         for (job, choice), draft in zip(stepping, drafts, strict=True):
             row = batch.add(choice.last_token, choice.n_past, choice.seq_id, True)
             if draft:
@@ -396,6 +401,17 @@ class Scheduler:
             plan.prefills.append((job, take, start + take - 1 if last else None))
         return plan
 
+    def _draft_rows_beside(self, sequences: int) -> int:
+        """Drafted rows a step of `sequences` next tokens may carry in all: a sequence alone
+        drafts what pays for itself, but beside others its drafts may add only DRAFT_SHARE
+        to the step (each row delays every other stream's next token). Unbounded until a
+        row's cost is measured."""
+        per_row = self.step_cost.row_seconds()
+        step = self.step_cost.generation_seconds(sequences)
+        if sequences <= 1 or per_row <= 0.0 or step is None:
+            return STEP_ROWS
+        return int(DRAFT_SHARE * step / per_row)
+
     def _prefill_budget(self, rows: int) -> int:
         """Prompt tokens a step may take beside `rows` logit rows of running streams: as
         many as keep it within (1 + PREFILL_SHARE) times its cost without them, at least
@@ -420,7 +436,8 @@ class Scheduler:
         """The tokens each stepping choice drafts this step, in order (see speculation.py):
         n-gram lookups, or the draft model asked once for all of them. None for a grammar's
         detached sampler, and never past `room`, the answer's token limit, the context or the
-        batch's `spare` rows."""
+        `spare` drafted rows the step may still take (the batch, and beside other streams
+        DRAFT_SHARE of the step)."""
         drafts: list[list[int]] = [[] for _ in stepping]
         wants: list[tuple[int, DraftWant]] = []
         for i, (job, choice) in enumerate(stepping):

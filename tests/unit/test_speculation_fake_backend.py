@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from edgeserve.engine import speculation
+from edgeserve.engine.jobs import JobState
 from edgeserve.engine.speculation import Drafter, NgramIndex, draft_room
 from edgeserve.engine.types import Finished, GrammarSpec, TokenLogprob
 from tests.unit.fake_backend import EOS, FIRST_LETTER, history_logits
@@ -234,3 +235,55 @@ def test_draft_room_shrinks_as_more_sequences_generate():
     assert draft_room(4, 64) == rows // 4 - 1
     assert draft_room(rows, 64) == 0
     assert draft_room(1, 0) == 0 and draft_room(0, 8) == 0
+
+
+class RowCost(CheapRows):
+    """A step costs FIXED + ROW per logit row."""
+
+    FIXED, ROW = 0.006, 0.014  # ~a 2-core CPU: a row is most of a step
+
+    def generation_seconds(self, rows: int) -> float | None:
+        return self.FIXED + self.ROW * rows
+
+    def row_seconds(self) -> float:
+        return self.ROW
+
+
+class GpuRowCost(RowCost):
+    FIXED, ROW = 0.010, 0.0002  # rows cost little beside the step
+
+
+def drafted_rows(decode: list[tuple]) -> int:
+    """Output rows beyond one per sequence (the drafts) in a decode of generating streams."""
+    outputs = [seq for _, _, seq, out in decode if out]
+    return len(outputs) - len(set(outputs))
+
+
+@pytest.mark.parametrize(("cost", "most"), [(RowCost, 0), (GpuRowCost, 5)], ids=["cpu", "gpu"])
+def test_beside_other_streams_drafts_add_at_most_a_tenth_of_the_step(monkeypatch, cost, most):
+    # 4 streams whose drafts are always right: 10% of a 4-row step is 0 CPU rows (62 ms,
+    # a row 14 ms) or 5 GPU rows (10.8 ms, a row 0.2 ms) in all.
+    monkeypatch.setattr(NgramIndex, "continuation", oracle(64))
+    monkeypatch.setattr(Harness, "cost", cost)
+    h = Harness(draft_max=8, n_batch=128, n_ctx=512)
+    jobs = [h.submit(REPEATING, max_tokens=30)[0] for _ in range(4)]
+    h.step(3)
+    assert all(job.state is JobState.GENERATING for job in jobs)
+    h.step(3)
+    assert [drafted_rows(d) for d in h.backend.decodes[-3:]] == [most] * 3
+    h.run_until_idle()
+    h.assert_clean()
+
+
+def test_a_stream_alone_drafts_what_pays(monkeypatch):
+    monkeypatch.setattr(NgramIndex, "continuation", oracle(64))
+    monkeypatch.setattr(Harness, "cost", RowCost)
+    h = Harness(draft_max=8, n_batch=128)
+    job, _ = h.submit(REPEATING, max_tokens=30)
+    h.step(2)
+    assert job.state is JobState.GENERATING
+    h.step()
+    pays = Drafter([]).length(CHEAP)  # what a new sequence's prior acceptance pays for
+    assert 0 < pays < 8 and drafted_rows(h.backend.decodes[-1]) == pays
+    h.run_until_idle()
+    h.assert_clean()
