@@ -21,6 +21,8 @@ read from the engine at scrape time:
     llamacpp:kv_cache_tokens, llamacpp:kv_cache_usage_ratio   KV cells in use (older llama.cpp
                                                     servers' names, still used by its bench)
     edgeserve_slots, edgeserve_kv_cache_size_tokens, edgeserve_model_loaded, edgeserve_draining
+    edgeserve_step_{fixed,row,prompt_token}_seconds   what a step costs, as the engine measured
+                                                    it (prefill budget, speculation)
 
 Observations come from one place, the request-context middleware, once per finished request.
 """
@@ -171,6 +173,21 @@ class Metrics:
             "edgeserve_draft_accepted_tokens",
             "Drafted tokens that were the answer's",
             stats.draft_accepted_tokens,
+        )
+        yield _gauge(
+            "edgeserve_step_fixed_seconds",
+            "Measured cost of a generation step before its logit rows (0 until measured)",
+            stats.step_fixed_seconds,
+        )
+        yield _gauge(
+            "edgeserve_step_row_seconds",
+            "Measured cost of one more logit row in a step (0 until measured)",
+            stats.step_row_seconds,
+        )
+        yield _gauge(
+            "edgeserve_step_prompt_token_seconds",
+            "Measured cost of one prompt token in a step (0 until measured)",
+            stats.step_prompt_token_seconds,
         )
         yield _gauge(
             "edgeserve_scoring_requests_processing",

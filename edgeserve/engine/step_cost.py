@@ -77,6 +77,11 @@ class StepCost:
             return None
         return self._seconds / self._rows * rows
 
+    def fixed_seconds(self) -> float:
+        """What a step costs before its rows (0 until it is known)."""
+        line = self.line()
+        return line[0] if line is not None else 0.0
+
     def row_seconds(self) -> float:
         """What one more logit row adds to a step (0 until it is known)."""
         line = self.line()

@@ -235,3 +235,8 @@ class EngineStats:
     draft_tokens: int = 0
     draft_accepted_tokens: int = 0
     draft_model: str | None = None  # the --draft-model file speculation drafts with
+    # What the engine measured a step to cost (step_cost.py; 0 until measured): its fixed
+    # part, each logit row, each prompt token beside them.
+    step_fixed_seconds: float = 0.0
+    step_row_seconds: float = 0.0
+    step_prompt_token_seconds: float = 0.0

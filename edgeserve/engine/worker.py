@@ -100,6 +100,9 @@ class _Counters:
     prefix_cache_cells: int = 0
     prefix_cache_hits: int = 0
     prefix_cached_tokens: int = 0
+    step_fixed_seconds: float = 0.0
+    step_row_seconds: float = 0.0
+    step_prompt_token_seconds: float = 0.0
 
 
 class Engine:
@@ -214,6 +217,9 @@ class Engine:
             draft_tokens=self.drafted,
             draft_accepted_tokens=self.draft_accepted,
             draft_model=self.config.draft_model_path,
+            step_fixed_seconds=counters.step_fixed_seconds,
+            step_row_seconds=counters.step_row_seconds,
+            step_prompt_token_seconds=counters.step_prompt_token_seconds,
         )
 
     # ---- preparation (prepare threads) ------------------------------------------------------
@@ -789,6 +795,9 @@ class Engine:
             prefix_cache_cells=scheduler.slots.cached_cells,
             prefix_cache_hits=scheduler.prefix_hits,
             prefix_cached_tokens=scheduler.prefix_tokens,
+            step_fixed_seconds=scheduler.step_cost.fixed_seconds(),
+            step_row_seconds=scheduler.step_cost.row_seconds(),
+            step_prompt_token_seconds=scheduler.step_cost.token_seconds() or 0.0,
         )
 
     def _emit(self, job: AnyJob, event: object) -> None:

@@ -58,6 +58,11 @@ async def test_metrics_count_drafted_and_kept_tokens(client, engine):
     drafted, accepted = drafts(engine)
     assert float(samples["edgeserve_draft_tokens_total"]) == drafted > 0
     assert float(samples["edgeserve_draft_accepted_tokens_total"]) == accepted > 0
+    # Drafts of different lengths have shown what a logit row costs on this machine.
+    costs = dict(
+        line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("edgeserve_step_")
+    )
+    assert 0 < float(costs["edgeserve_step_row_seconds"]) < 5
 
 
 async def test_disconnect_while_drafting_leaves_only_verified_cells(client, engine):

@@ -22,6 +22,9 @@ STATS = EngineStats(
     kv_cells_used=250,
     prefix_cache_hits=5,
     prefix_cached_tokens=120,
+    step_fixed_seconds=0.006,
+    step_row_seconds=0.014,
+    step_prompt_token_seconds=0.0015,
 )
 
 
@@ -63,6 +66,9 @@ def test_engine_figures_are_read_at_scrape_time():
     assert value(metrics, "edgeserve_kv_cache_size_tokens") == 1000
     assert value(metrics, "edgeserve_model_loaded") == 1
     assert value(metrics, "edgeserve_draining") == 0
+    assert value(metrics, "edgeserve_step_fixed_seconds") == 0.006
+    assert value(metrics, "edgeserve_step_row_seconds") == 0.014
+    assert value(metrics, "edgeserve_step_prompt_token_seconds") == 0.0015
     current[0] = replace(STATS, busy_slots=0, queue_length=0, kv_cells_used=0, draining=True)
     assert value(metrics, "llamacpp:requests_processing") == 0
     assert value(metrics, "llamacpp:kv_cache_usage_ratio") == 0
