@@ -63,8 +63,9 @@ EMBED_CHUNK_BESIDE_STREAMS = SCORE_CHUNK_BESIDE_STREAMS
 PREFILL_SHARE = 1.0
 # Beside other streams, a step's drafted rows may add this share of what the step costs
 # without them: a stream's tokens are not held back by others' speculation (on a 2-core CPU a
-# row costs ~70% of a step, so only a sequence alone drafts there; on a GPU rows are cheap).
-DRAFT_SHARE = 0.1
+# row costs a third or more of a 4-stream step, so only a sequence alone drafts there; on a GPU
+# rows are cheap).
+DRAFT_SHARE = 0.05
 
 
 @dataclass

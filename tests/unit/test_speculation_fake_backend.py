@@ -259,10 +259,10 @@ def drafted_rows(decode: list[tuple]) -> int:
     return len(outputs) - len(set(outputs))
 
 
-@pytest.mark.parametrize(("cost", "most"), [(RowCost, 0), (GpuRowCost, 5)], ids=["cpu", "gpu"])
-def test_beside_other_streams_drafts_add_at_most_a_tenth_of_the_step(monkeypatch, cost, most):
-    # 4 streams whose drafts are always right: 10% of a 4-row step is 0 CPU rows (62 ms,
-    # a row 14 ms) or 5 GPU rows (10.8 ms, a row 0.2 ms) in all.
+@pytest.mark.parametrize(("cost", "most"), [(RowCost, 0), (GpuRowCost, 2)], ids=["cpu", "gpu"])
+def test_beside_other_streams_drafts_add_at_most_a_twentieth_of_the_step(monkeypatch, cost, most):
+    # 4 streams whose drafts are always right: 5% of a 4-row step is 0 CPU rows (62 ms,
+    # a row 14 ms) or 2 GPU rows (10.8 ms, a row 0.2 ms) in all.
     monkeypatch.setattr(NgramIndex, "continuation", oracle(64))
     monkeypatch.setattr(Harness, "cost", cost)
     h = Harness(draft_max=8, n_batch=128, n_ctx=512)
