@@ -30,7 +30,7 @@ from tests.fixtures.tiny_reranker import write_tiny_embedder
 from tests.integration.engine_idle import assert_engine_idle
 from tests.integration.sse_client import parse_events, stream_text
 from tests.integration.test_server_process import free_port
-from tests.integration.test_speculation import COPY
+from tests.integration.test_speculation import COPY, drafts, leave_while_drafting
 
 CHAT = "/v1/chat/completions"
 PROMPTS = [
@@ -115,11 +115,6 @@ async def streamed_answer(client, prompt: str) -> str:
     return stream_text(events)
 
 
-def drafts(engine: Engine) -> tuple[int, int]:
-    stats = engine.stats()
-    return stats.draft_tokens, stats.draft_accepted_tokens
-
-
 async def test_greedy_answers_are_those_without_a_draft_model(
     draft_client, plain_client, draft_engine, caplog
 ):
@@ -158,13 +153,7 @@ async def test_metrics_access_log_and_health_show_the_drafts(draft_client, draft
 
 async def test_disconnect_while_drafting_leaves_the_engine_idle(draft_client, draft_engine):
     resp = await draft_client.post(CHAT, json=chat(COPY, max_tokens=400, stream=True))
-    drafted, _ = drafts(draft_engine)
-    for _ in range(200):
-        await resp.content.readuntil(b"\n\n")
-        if drafts(draft_engine)[0] > drafted:
-            break
-    assert drafts(draft_engine)[0] > drafted, "drafts were made before the client left"
-    resp.close()
+    await leave_while_drafting(resp, draft_engine)
     await assert_engine_idle(draft_engine)
 
 

@@ -65,8 +65,8 @@ async def test_metrics_count_drafted_and_kept_tokens(client, engine):
     assert 0 < float(costs["edgeserve_step_row_seconds"]) < 5
 
 
-async def test_disconnect_while_drafting_leaves_only_verified_cells(client, engine):
-    resp = await client.post(CHAT, json=body(max_tokens=400, temperature=0, stream=True))
+async def leave_while_drafting(resp, engine) -> None:
+    """Read the stream `resp` until the engine has drafted for it, then go away."""
     drafted, _ = drafts(engine)
     for _ in range(200):
         await resp.content.readuntil(b"\n\n")
@@ -74,6 +74,11 @@ async def test_disconnect_while_drafting_leaves_only_verified_cells(client, engi
             break
     assert drafts(engine)[0] > drafted, "drafts were made before the client left"
     resp.close()
+
+
+async def test_disconnect_while_drafting_leaves_only_verified_cells(client, engine):
+    resp = await client.post(CHAT, json=body(max_tokens=400, temperature=0, stream=True))
+    await leave_while_drafting(resp, engine)
     await assert_engine_idle(engine)
 
 
