@@ -38,6 +38,7 @@ class StepCost:
         self._cross = 0.0
         self._tokens2 = 0.0
         self._token_seconds = 0.0
+        self._last_line: tuple[float, float] | None = None
 
     def record(self, rows: int, seconds: float, prompt_tokens: int = 0) -> None:
         """One generation step: `rows` logit rows and `prompt_tokens` other tokens of
@@ -55,17 +56,19 @@ class StepCost:
         self._cross = keep * self._cross + rows * seconds
 
     def line(self) -> tuple[float, float] | None:
-        """(fixed, per_row) seconds, or None while the steps' rows hardly vary."""
+        """(fixed, per_row) seconds; while the recent steps' rows hardly vary, the line of
+        when they last did (None if they never have)."""
         if self._weight <= 0.0:
             return None
         mean_rows = self._rows / self._weight
         spread = self._rows2 / self._weight - mean_rows * mean_rows
         if spread < MIN_ROW_SPREAD:
-            return None
+            return self._last_line
         mean_seconds = self._seconds / self._weight
         per_row = (self._cross / self._weight - mean_rows * mean_seconds) / spread
         per_row = max(0.0, per_row)
-        return max(0.0, mean_seconds - per_row * mean_rows), per_row
+        self._last_line = max(0.0, mean_seconds - per_row * mean_rows), per_row
+        return self._last_line
 
     def generation_seconds(self, rows: int) -> float | None:
         """The expected time of a step of `rows` logit rows and no prompt tokens (the line,

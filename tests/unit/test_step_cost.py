@@ -83,3 +83,14 @@ def test_prompt_token_cost_follows_a_change_of_load():
     for _ in range(800):
         cost.record(1, 0.020 + 0.006 * 32, 32)  # the machine got busy: 4x a prompt token
     assert cost.token_seconds() == pytest.approx(0.006, rel=0.05)
+
+
+def test_a_row_cost_once_measured_outlasts_steps_of_one_size():
+    # 4 streams without drafts for a long time: every step has 4 rows, which alone would say
+    # nothing of a row's cost; the line measured before stays (else drafts would come back
+    # unbounded beside the streams, and go again once measured).
+    cost = cpu_like()
+    for _ in range(3000):
+        cost.record(4, 0.006 + 0.014 * 4)
+    fixed, per_row = cost.line()
+    assert fixed == pytest.approx(0.006) and per_row == pytest.approx(0.014)
