@@ -38,7 +38,7 @@ class StepCost:
         self._cross = 0.0
         self._tokens2 = 0.0
         self._token_seconds = 0.0
-        self._last_line: tuple[float, float] | None = None
+        self._line: tuple[float, float] | None = None
 
     def record(self, rows: int, seconds: float, prompt_tokens: int = 0) -> None:
         """One generation step: `rows` logit rows and `prompt_tokens` other tokens of
@@ -54,21 +54,23 @@ class StepCost:
         self._rows2 = keep * self._rows2 + rows * rows
         self._seconds = keep * self._seconds + seconds
         self._cross = keep * self._cross + rows * seconds
+        self._fit_line()
 
-    def line(self) -> tuple[float, float] | None:
-        """(fixed, per_row) seconds; while the recent steps' rows hardly vary, the line of
-        when they last did (None if they never have)."""
-        if self._weight <= 0.0:
-            return None
+    def _fit_line(self) -> None:
+        """Refit the row line from the weighted sums; while the recent steps' rows hardly
+        vary they say nothing of a row's cost, and the line of when they last did stays."""
         mean_rows = self._rows / self._weight
         spread = self._rows2 / self._weight - mean_rows * mean_rows
         if spread < MIN_ROW_SPREAD:
-            return self._last_line
+            return
         mean_seconds = self._seconds / self._weight
-        per_row = (self._cross / self._weight - mean_rows * mean_seconds) / spread
-        per_row = max(0.0, per_row)
-        self._last_line = max(0.0, mean_seconds - per_row * mean_rows), per_row
-        return self._last_line
+        per_row = max(0.0, (self._cross / self._weight - mean_rows * mean_seconds) / spread)
+        self._line = max(0.0, mean_seconds - per_row * mean_rows), per_row
+
+    def line(self) -> tuple[float, float] | None:
+        """(fixed, per_row) seconds, as last fitted (None while the steps' rows have never
+        varied)."""
+        return self._line
 
     def generation_seconds(self, rows: int) -> float | None:
         """The expected time of a step of `rows` logit rows and no prompt tokens (the line,
