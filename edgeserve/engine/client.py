@@ -64,9 +64,10 @@ class Generation:
             raise event
         return event
 
-    async def admitted(self) -> PromptInfo:
-        """Render and tokenize the prompt on a prepare thread, then queue it for the engine
-        (raises the engine's rejection: too long, a bad grammar, a full queue)."""
+    async def submit(self) -> PromptInfo:
+        """Render and tokenize the prompt on a prepare thread, then queue it for the engine;
+        returns once queued, not once running (raises the engine's rejection: too long, a bad
+        grammar, a full queue)."""
         prompt: Prompt = await asyncio.wrap_future(self._engine.prepare_async(self._request))
         sink = Sink(asyncio.get_running_loop(), self._queue.put_nowait)
         self._job = self._engine.submit(self._request, prompt, sink)

@@ -191,10 +191,9 @@ class Finished:
 
 @dataclass(frozen=True)
 class PromptInfo:
-    """Sent once, first, after the prompt was admitted."""
+    """A prompt as queued for the engine: how many tokens it has."""
 
     prompt_tokens: int
-    cached_tokens: int = 0
 
 
 @dataclass(frozen=True)

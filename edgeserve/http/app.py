@@ -1,48 +1,47 @@
-"""The aiohttp application factory."""
+"""The aiohttp application factory: each API package's routes mounted on the one generation
+path (generating APIs) or a plain JSON handler, Anthropic's as a sub-application whose errors
+have Anthropic's shape."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import replace
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
+from edgeserve.api.anthropic_messages import routes as anthropic_messages
+from edgeserve.api.common.call import Route
+from edgeserve.api.embeddings import routes as embeddings
+from edgeserve.api.models import routes as models
+from edgeserve.api.openai_chat import routes as openai_chat
+from edgeserve.api.openai_completions import routes as openai_completions
+from edgeserve.api.openai_responses import routes as openai_responses
+from edgeserve.api.reference.limits import Limits
+from edgeserve.api.score import routes as score
+from edgeserve.api.tokenize import routes as tokenize
 from edgeserve.config import Settings
 from edgeserve.engine.client import EngineClient
 from edgeserve.http import middlewares
-from edgeserve.http.handlers.chat import chat_completions
-from edgeserve.http.handlers.completions import completions
-from edgeserve.http.handlers.embeddings import embeddings
-from edgeserve.http.handlers.health import health
-from edgeserve.http.handlers.messages import count_tokens, create_message
-from edgeserve.http.handlers.metrics import prometheus_metrics
-from edgeserve.http.handlers.models import list_models
-from edgeserve.http.handlers.responses_api import create_response
-from edgeserve.http.handlers.score import score_evaluation
-from edgeserve.http.handlers.tokenize import detokenize, tokenize, tokenizer_info
-from edgeserve.http.keys import ANTHROPIC_PATHS, ENGINE, KNOWN_PATHS, LIMITS, METRICS, SETTINGS
+from edgeserve.http.generation import generation_handler
+from edgeserve.http.keys import ENGINE, ERRORS, KNOWN_PATHS, LIMITS, METRICS, SETTINGS
+from edgeserve.http.operations import health, prometheus_metrics
+from edgeserve.http.request import call_for
 from edgeserve.metrics import Metrics
-from edgeserve.validation import Limits
 
-ROUTES = (
-    ("GET", "/v1/models", list_models),
-    ("POST", "/v1/chat/completions", chat_completions),
-    ("POST", "/v1/completions", completions),
-    ("POST", "/v1/responses", create_response),
-    ("POST", "/v1/score/evaluation", score_evaluation),
-    ("POST", "/v1/embeddings", embeddings),
-    ("POST", "/tokenize", tokenize),
-    ("POST", "/detokenize", detokenize),
-    ("GET", "/tokenizer_info", tokenizer_info),
-    ("GET", "/health", health),
-    ("GET", "/metrics", prometheus_metrics),
+API_ROUTES: tuple[Route, ...] = (
+    *models.ROUTES,
+    *openai_chat.ROUTES,
+    *openai_completions.ROUTES,
+    *openai_responses.ROUTES,
+    *score.ROUTES,
+    *embeddings.ROUTES,
+    *tokenize.ROUTES,
 )
+"""The APIs whose errors have the reference's shape."""
 
-ANTHROPIC_ROUTES = (
-    ("POST", "/v1/messages", create_message),
-    ("POST", "/v1/messages/count_tokens", count_tokens),
-)
-"""Anthropic's endpoints: their errors have Anthropic's shape."""
+ANTHROPIC_PREFIX = "/v1/messages"
 
 
 def create_app(
@@ -64,24 +63,55 @@ def create_app(
     app[SETTINGS] = settings
     app[ENGINE] = engine
     app[METRICS] = Metrics(engine.stats)
+    app[ERRORS] = middlewares.reference_error_response
     app[LIMITS] = limits or replace(
         Limits.from_env(os.environ),
         max_n=settings.max_n,
         max_tokens=settings.max_tokens_cap,
         max_score_texts=settings.max_score_texts,
     )
-    prefixes = [""] + ([settings.root_path] if settings.root_path else [])
-    paths = set()
-    anthropic = set()
-    for prefix in prefixes:
-        for method, path, handler in ROUTES + ANTHROPIC_ROUTES:
-            full = prefix + path
-            if method == "GET":
-                app.router.add_get(full, handler, allow_head=False)
-            else:
-                app.router.add_route(method, full, handler)
-            paths.add(full)
-        anthropic.update(prefix + path for _, path, _ in ANTHROPIC_ROUTES)
+    paths: set[str] = set()
+    for prefix in [""] + ([settings.root_path] if settings.root_path else []):
+        _add_routes(app, prefix, API_ROUTES, paths)
+        app.router.add_get(prefix + "/health", health, allow_head=False)
+        app.router.add_get(prefix + "/metrics", prometheus_metrics, allow_head=False)
+        paths.update({prefix + "/health", prefix + "/metrics"})
+        anthropic = web.Application(middlewares=[middlewares.api_errors])
+        anthropic[ERRORS] = middlewares.anthropic_error_response
+        _add_routes(anthropic, "", _relative(anthropic_messages.ROUTES), set())
+        app.add_subapp(prefix + ANTHROPIC_PREFIX, anthropic)
+        paths.update(prefix + route.path for route in anthropic_messages.ROUTES)
     app[KNOWN_PATHS] = frozenset(paths)
-    app[ANTHROPIC_PATHS] = frozenset(anthropic)
     return app
+
+
+def _relative(routes: Sequence[Route]) -> list[Route]:
+    """Anthropic's routes under the sub-application's prefix."""
+    return [replace(route, path=route.path.removeprefix(ANTHROPIC_PREFIX)) for route in routes]
+
+
+def _add_routes(
+    app: web.Application, prefix: str, routes: Sequence[Route], paths: set[str]
+) -> None:
+    for route in routes:
+        path = prefix + route.path
+        if route.method == "GET":
+            app.router.add_get(path, _handler(route), allow_head=False)
+        else:
+            app.router.add_route(route.method, path, _handler(route))
+        paths.add(path)
+
+
+def _handler(route: Route) -> Handler:
+    """A generating API on the generation path; any other endpoint answers one JSON body."""
+    endpoint = route.endpoint
+    if not callable(endpoint):
+        return generation_handler(endpoint)
+    unary = endpoint
+    with_body = route.method == "POST"
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        call = await call_for(request, with_body=with_body)
+        return web.Response(body=await unary(call), content_type="application/json")
+
+    return handle

@@ -2,46 +2,22 @@
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
+from typing import Protocol
 
 from aiohttp import web
 
+from edgeserve.api.common.call import RequestRecord
+from edgeserve.api.reference.limits import Limits
 from edgeserve.config import Settings
-from edgeserve.engine.client import EngineClient, Generation
+from edgeserve.engine.client import EngineClient
+from edgeserve.errors import ApiError
 from edgeserve.metrics import Metrics
-from edgeserve.validation import Limits
 
 
-@dataclass
-class RequestRecord:
-    """What a handler learned about its request, for the access log line and the metrics.
+class ErrorResponder(Protocol):
+    """How an application answers a client error (its API's error shape)."""
 
-    `error_status` is set when a stream that had already answered 200 ended with an in-band
-    error event (e.g. 504 past --request-timeout-s). `generations` are the request's engine
-    generations (their speculation counts are read when the line is written).
-    """
-
-    request_id: str
-    prompt_tokens: int | None = None
-    cached_tokens: int = 0
-    completion_tokens: int | None = None
-    ttft_s: float | None = None
-    gen_s: float | None = None
-    error_status: int | None = None
-    generations: list[Generation] = field(default_factory=list)
-
-    def generated(
-        self, prompt: int, completion: int, cached: int, started: float, first: float | None
-    ) -> None:
-        """Note a finished generation: token counts, and (when any text came, at `first`)
-        time to first token from `started` and the generation time until now."""
-        self.prompt_tokens = prompt
-        self.completion_tokens = completion
-        self.cached_tokens = cached
-        if first is not None:
-            self.ttft_s = first - started
-            self.gen_s = time.perf_counter() - first
+    def __call__(self, request: web.Request, err: ApiError, /) -> web.Response: ...
 
 
 SETTINGS = web.AppKey("edgeserve.settings", Settings)
@@ -49,5 +25,5 @@ ENGINE = web.AppKey("edgeserve.engine", EngineClient)
 LIMITS = web.AppKey("edgeserve.limits", Limits)
 METRICS = web.AppKey("edgeserve.metrics", Metrics)
 KNOWN_PATHS = web.AppKey("edgeserve.known_paths", frozenset)
-ANTHROPIC_PATHS = web.AppKey("edgeserve.anthropic_paths", frozenset)
+ERRORS = web.AppKey("edgeserve.errors", ErrorResponder)
 RECORD = web.RequestKey("edgeserve.record", RequestRecord)

@@ -1,7 +1,7 @@
 """Middlewares, outermost first: request context (id, access log, metrics, last-resort 500) →
 trusted Host (403 against DNS rebinding) → CORS → API errors (ApiError and aiohttp's own
-404/405/413 reshaped into `{"detail": …, "message": …}`, or Anthropic's
-`{"type": "error", "error": …}` on the Anthropic endpoints)."""
+404/405/413 in the shape of the application that routed the request: `{"detail": …,
+"message": …}`, or Anthropic's `{"type": "error", "error": …}` in its sub-application)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,18 @@ import uuid
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 
-from edgeserve import messages, responses, validation
+from edgeserve.api.anthropic_messages.routes import anthropic_error_body
+from edgeserve.api.reference.errors import error_body
+from edgeserve.api.reference.request import (
+    body_too_large,
+    host_not_allowed,
+    method_not_allowed,
+    not_found,
+)
 from edgeserve.errors import ApiError, EngineFault, EngineRestarted
 from edgeserve.http import browser
 from edgeserve.http.keys import (
-    ANTHROPIC_PATHS,
+    ERRORS,
     KNOWN_PATHS,
     METRICS,
     RECORD,
@@ -32,26 +39,23 @@ http_log = logging.getLogger("edgeserve.http")
 CORS_METHODS = "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT"
 
 
-def error_response(err: ApiError, reference_errors: bool) -> web.Response:
+def reference_error_response(request: web.Request, err: ApiError) -> web.Response:
     """The JSON response for an ApiError: compact `{"detail": …, "message": …}`, or the
     reference's `{"detail": …}` alone with --reference-errors."""
+    with_message = not request.config_dict[SETTINGS].reference_errors
     return web.Response(
         status=err.status,
-        body=responses.error_body(err.detail, with_message=not reference_errors),
+        body=error_body(err.detail, with_message=with_message),
         content_type="application/json",
         headers=err.headers,
     )
 
 
-def anthropic_error_response(err: ApiError) -> web.Response:
-    """The JSON response for an ApiError on an Anthropic endpoint: its status and error type
-    as validation.anthropic_error decides, and the same message as `error_response`'s."""
-    status, kind = validation.anthropic_error(err)
+def anthropic_error_response(request: web.Request, err: ApiError) -> web.Response:
+    """The JSON response for an ApiError on an Anthropic endpoint."""
+    status, body = anthropic_error_body(err)
     return web.Response(
-        status=status,
-        body=messages.error_body(kind, responses.error_message(err.detail)),
-        content_type="application/json",
-        headers=err.headers,
+        status=status, body=body, content_type="application/json", headers=err.headers
     )
 
 
@@ -80,7 +84,7 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
     finally:
         elapsed = time.perf_counter() - started
         _log_access(request, record, status, elapsed)
-        request.app[METRICS].observe(_route(request), status, elapsed, record)
+        request.config_dict[METRICS].observe(_route(request), status, elapsed, record)
     if not response.prepared:
         response.headers["X-Request-Id"] = request_id
     return response
@@ -89,9 +93,9 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
 def _route(request: web.Request) -> str:
     """The `route` metrics label: the served path without the root_path prefix, or "other"."""
     path = request.path
-    if path not in request.app[KNOWN_PATHS]:
+    if path not in request.config_dict[KNOWN_PATHS]:
         return OTHER_ROUTE
-    root = request.app[SETTINGS].root_path
+    root = request.config_dict[SETTINGS].root_path
     if root and path.startswith(root + "/"):
         return path[len(root) :]
     return path
@@ -126,11 +130,11 @@ def _log_access(request: web.Request, record: RequestRecord, status: int, elapse
 async def trusted_host(request: web.Request, handler: Handler) -> web.StreamResponse:
     """403 for a Host header this server does not answer to (a DNS-rebinding page's name);
     requests without one (HTTP/1.0 health checks) pass. See `browser.host_allowed`."""
-    settings = request.app[SETTINGS]
+    settings = request.config_dict[SETTINGS]
     host = request.headers.get(hdrs.HOST)
     if host is None or browser.host_allowed(host, settings.host, settings.allowed_hosts):
         return await handler(request)
-    return _error_for(request, validation.host_not_allowed(browser.host_name(host)))
+    return _error_for(request, host_not_allowed(browser.host_name(host)))
 
 
 @web.middleware
@@ -165,7 +169,7 @@ def _grant(request: web.Request) -> browser.CorsGrant | None:
     origin = request.headers.get(hdrs.ORIGIN)
     if origin is None:
         return None
-    return browser.cors_grant(origin, request.app[SETTINGS].cors_origins)
+    return browser.cors_grant(origin, request.config_dict[SETTINGS].cors_origins)
 
 
 def _add_cors_headers(response: web.StreamResponse, grant: browser.CorsGrant | None) -> None:
@@ -202,18 +206,16 @@ async def api_errors(request: web.Request, handler: Handler) -> web.StreamRespon
         error = err
     except web.HTTPNotFound:
         path = request.path
-        if len(path) > 1 and path.endswith("/") and path.rstrip("/") in request.app[KNOWN_PATHS]:
+        if len(path) > 1 and path.endswith("/") and path.rstrip("/") in request.config_dict[KNOWN_PATHS]:
             return web.Response(status=307, headers={"Location": _slashless_url(request)})
-        error = validation.not_found()
+        error = not_found()
     except web.HTTPMethodNotAllowed as exc:
-        error = validation.method_not_allowed(sorted(exc.allowed_methods))
+        error = method_not_allowed(sorted(exc.allowed_methods))
     except web.HTTPRequestEntityTooLarge:
-        error = validation.body_too_large(request.app[SETTINGS].max_body_bytes)
+        error = body_too_large(request.config_dict[SETTINGS].max_body_bytes)
     return _error_for(request, error)
 
 
 def _error_for(request: web.Request, error: ApiError) -> web.Response:
-    """`error` in the shape of the requested endpoint: Anthropic's or edgeserve's own."""
-    if request.path in request.app[ANTHROPIC_PATHS]:
-        return anthropic_error_response(error)
-    return error_response(error, request.app[SETTINGS].reference_errors)
+    """`error` in the shape of the application that routed the request."""
+    return request.config_dict[ERRORS](request, error)

@@ -10,7 +10,7 @@ from types import TracebackType
 
 from aiohttp import web
 
-from edgeserve import responses
+from edgeserve.api.common.render import ping_comment
 from edgeserve.http.middlewares import prepare_stream_headers
 
 log = logging.getLogger("edgeserve.http")
@@ -81,7 +81,14 @@ class EventStream:
                 self.open = False
         return self.open
 
+    async def send_all(self, events: list[bytes]) -> bool:
+        """Write each event in turn; False as soon as the client has gone away."""
+        for data in events:
+            if not await self.send(data):
+                return False
+        return self.open
+
     async def _ping_forever(self) -> None:
         while self.open:
             await asyncio.sleep(self._interval)
-            await self.send(responses.ping_comment(datetime.now(UTC)))
+            await self.send(ping_comment(datetime.now(UTC)))

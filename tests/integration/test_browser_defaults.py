@@ -10,11 +10,11 @@ from typing import Any
 import aiohttp
 import pytest
 
+from edgeserve.api.reference.detail import Detail
 from edgeserve.config import CORS_ANY, CORS_REFERENCE
 from edgeserve.engine.client import EngineClient
 from edgeserve.http.app import create_app
 from edgeserve.http.browser import host_name
-from edgeserve.validation import Detail
 
 MODELS = "/v1/models"
 CHAT = "/v1/chat/completions"

@@ -7,7 +7,7 @@ import re
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from edgeserve.validation import Detail
+from edgeserve.api.reference.detail import Detail
 from tests.integration.conftest import EOS_BAN
 from tests.integration.engine_idle import assert_engine_idle
 from tests.integration.sse_client import parse_events

@@ -30,7 +30,7 @@ EOG_BAN = {1: -100.0, 106: -100.0, 212: -100.0}
 async def run(engine, params: SamplingParams) -> tuple[str, list[TokenLogprob], str]:
     text, logprobs, reason = "", [], ""
     async with EngineClient(engine).generate(GenerationRequest(ASK, params)) as gen:
-        await gen.admitted()
+        await gen.submit()
         async for event in gen.events():
             if isinstance(event, TextDelta):
                 text += event.text
@@ -76,7 +76,7 @@ async def test_bad_grammars_are_rejected_before_generation(engine, spec):
     params = SamplingParams(max_tokens=4, grammar=spec)
     with pytest.raises(InvalidPrompt):
         async with EngineClient(engine).generate(GenerationRequest(ASK, params)) as gen:
-            await gen.admitted()
+            await gen.submit()
 
 
 async def test_token_logprobs_are_normalised_and_ranked(engine):

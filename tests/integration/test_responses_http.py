@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from edgeserve.validation import Detail
+from edgeserve.api.reference.detail import Detail
 from tests.integration.engine_idle import assert_engine_idle
 
 RESPONSES = "/v1/responses"

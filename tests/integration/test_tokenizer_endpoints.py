@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgeserve.validation import Detail
+from edgeserve.api.reference.detail import Detail
 from tests.integration.test_edge_http import KEY, sample, scrape
 
 TEXT = "Once upon a time"

@@ -5,16 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgeserve import errors, validation
+from edgeserve import errors
+from edgeserve.api.embeddings.translate import embeddings_engine_error, prepare_embeddings
+from edgeserve.api.embeddings.wire import EmbeddingRequest
+from edgeserve.api.reference.detail import Detail
+from edgeserve.api.reference.limits import Limits
 from edgeserve.engine.jobs import EMBED_MAX_SEQS, EmbedJob
 from edgeserve.engine.types import EmbedRequest, TokenPrompt
-from edgeserve.protocol import EmbeddingRequest
 
-LIMITS = validation.Limits(max_embed_inputs=3)
+LIMITS = Limits(max_embed_inputs=3)
 
 
 def prepare(**body) -> tuple[EmbedRequest, tuple[str, ...]]:
-    return validation.prepare_embeddings(EmbeddingRequest(**body), LIMITS, 640)
+    return prepare_embeddings(EmbeddingRequest(**body), LIMITS, 640)
 
 
 def test_every_input_shape_becomes_texts_or_token_prompts():
@@ -28,14 +31,14 @@ def test_every_input_shape_becomes_texts_or_token_prompts():
 @pytest.mark.parametrize(
     ("body", "detail"),
     [
-        ({"input": []}, validation.Detail.EMPTY_INPUT_LIST),
-        ({"input": [[1], []]}, validation.Detail.EMPTY_TOKEN_INPUT.format(where="input[1]")),
-        ({"input": ["a"] * 4}, validation.Detail.TOO_MANY_INPUTS.format(count=4, limit=3)),
+        ({"input": []}, Detail.EMPTY_INPUT_LIST),
+        ({"input": [[1], []]}, Detail.EMPTY_TOKEN_INPUT.format(where="input[1]")),
+        ({"input": ["a"] * 4}, Detail.TOO_MANY_INPUTS.format(count=4, limit=3)),
         (
             {"input": "a", "dimensions": 64},
-            validation.Detail.DIMENSIONS_UNSUPPORTED.format(value=64, size=640),
+            Detail.DIMENSIONS_UNSUPPORTED.format(value=64, size=640),
         ),
-        ({"input": ["a", "\ud800"]}, validation.Detail.BAD_UNICODE.format(where="input[1]")),
+        ({"input": ["a", "\ud800"]}, Detail.BAD_UNICODE.format(where="input[1]")),
     ],
 )
 def test_bad_requests_are_400s(body, detail):
@@ -46,13 +49,13 @@ def test_bad_requests_are_400s(body, detail):
 
 def test_engine_errors_name_the_input():
     names = ("input[0]", "input[1]")
-    too_long = validation.embeddings_engine_error(errors.PromptTooLong(9, 4, index=1), names)
-    assert too_long.detail == validation.Detail.EMBED_INPUT_TOO_LONG.format(
+    too_long = embeddings_engine_error(errors.PromptTooLong(9, 4, index=1), names)
+    assert too_long.detail == Detail.EMBED_INPUT_TOO_LONG.format(
         where="input[1]", n_prompt=9, n_ctx=4
     )
-    unknown = validation.embeddings_engine_error(errors.UnknownToken(2, 99, 50, index=0), names)
+    unknown = embeddings_engine_error(errors.UnknownToken(2, 99, 50, index=0), names)
     assert '"input[0][2]" is the token id 99' in unknown.detail
-    busy = validation.embeddings_engine_error(errors.EngineOverloaded("full"), names)
+    busy = embeddings_engine_error(errors.EngineOverloaded("full"), names)
     assert busy.status == 503
 
 

@@ -1,4 +1,4 @@
-"""Imports flow one way: cli → http → {validation, responses} → {protocol, engine}."""
+"""Imports flow one way: cli → http → api/<one API> → {api/common, api/reference} → engine."""
 
 from __future__ import annotations
 
@@ -9,41 +9,33 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "edgeserve"
 
+API_PACKAGES = (
+    "anthropic_messages",
+    "embeddings",
+    "models",
+    "openai_chat",
+    "openai_completions",
+    "openai_responses",
+    "score",
+    "tokenize",
+)
+"""One package per wire API; none imports another, except the Responses API, which is
+translated to a chat request (README "Layout")."""
+ALLOWED_BETWEEN_APIS = {("openai_responses", "openai_chat")}
+
 FORBIDDEN = {
     "engine": (
         "aiohttp",
         "edgeserve.http",
-        "edgeserve.protocol",
-        "edgeserve.validation",
-        "edgeserve.responses",
+        "edgeserve.api",
         "edgeserve.config",
         "edgeserve.cli",
     ),
-    "protocol": ("aiohttp", "llama_cpp", "edgeserve.http", "edgeserve.engine.worker"),
-    "validation": ("aiohttp", "llama_cpp", "edgeserve.http"),
-    "responses.py": ("aiohttp", "llama_cpp", "edgeserve.http"),
-    "messages.py": ("aiohttp", "llama_cpp", "edgeserve.http", "edgeserve.validation"),
+    "api": ("aiohttp", "llama_cpp", "edgeserve.http", "edgeserve.engine.worker"),
+    "api/reference": ("edgeserve.api.common", *(f"edgeserve.api.{name}" for name in API_PACKAGES)),
+    "api/common": tuple(f"edgeserve.api.{name}" for name in API_PACKAGES),
     "errors.py": ("aiohttp", "llama_cpp", "pydantic", "edgeserve."),
-    "tool_calls.py": ("aiohttp", "llama_cpp", "pydantic", "edgeserve."),
-    "tool_stream.py": (
-        "aiohttp",
-        "llama_cpp",
-        "pydantic",
-        "edgeserve.http",
-        "edgeserve.engine",
-        "edgeserve.protocol",
-        "edgeserve.validation",
-        "edgeserve.responses",
-    ),
     "grammars.py": ("aiohttp", "pydantic", "edgeserve."),
-    "logprobs.py": (
-        "aiohttp",
-        "llama_cpp",
-        "pydantic",
-        "edgeserve.http",
-        "edgeserve.protocol",
-        "edgeserve.engine.worker",
-    ),
     "metrics.py": ("aiohttp", "llama_cpp", "edgeserve.http", "edgeserve.engine.worker"),
     "sdnotify.py": ("aiohttp", "llama_cpp", "edgeserve.http", "edgeserve.engine"),
 }
@@ -75,3 +67,17 @@ def test_only_http_imports_aiohttp():
         if "http" in path.relative_to(PACKAGE).parts:
             continue
         assert not any(n.split(".")[0] == "aiohttp" for n in imports(path)), path
+
+
+@pytest.mark.parametrize("api", API_PACKAGES)
+def test_api_packages_do_not_import_each_other(api):
+    for path in sorted((PACKAGE / "api" / api).rglob("*.py")):
+        for name in imports(path):
+            parts = name.split(".")
+            if parts[:2] != ["edgeserve", "api"] or len(parts) < 3:
+                continue
+            other = parts[2]
+            if other in API_PACKAGES and other != api:
+                assert (api, other) in ALLOWED_BETWEEN_APIS, (
+                    f"{path.relative_to(PACKAGE)} imports {name}"
+                )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from edgeserve.api.common.logprobs import AlignedLogprob, LogprobAligner
 from edgeserve.engine.types import Finished, TextDelta, TokenLogprob
-from edgeserve.logprobs import AlignedLogprob, LogprobAligner
 
 
 def tok(token: bytes, index: int = 0) -> TokenLogprob:

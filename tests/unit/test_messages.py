@@ -9,21 +9,22 @@ from typing import Any
 
 import pytest
 
-from edgeserve import messages
-from edgeserve.engine.types import ChatTurn, Finished
-from edgeserve.errors import ApiError
-from edgeserve.protocol import CountTokensRequest, MessagesRequest
-from edgeserve.tool_calls import ToolCall
-from edgeserve.tool_stream import CallArguments, CallStart, Content
-from edgeserve.validation import (
-    Limits,
+from edgeserve.api.anthropic_messages import render as messages
+from edgeserve.api.anthropic_messages.translate import (
     anthropic_error,
-    check_api_key,
     messages_calls_wanted,
     messages_prompt,
     prepare_count_tokens,
     prepare_messages,
 )
+from edgeserve.api.anthropic_messages.wire import CountTokensRequest, MessagesRequest
+from edgeserve.api.common.generation import TokenUsage
+from edgeserve.api.common.tool_calls import ToolCall
+from edgeserve.api.common.tool_stream import CallArguments, CallStart, Content
+from edgeserve.api.reference.limits import Limits
+from edgeserve.api.reference.request import check_api_key
+from edgeserve.engine.types import ChatTurn, Finished
+from edgeserve.errors import ApiError
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}}
 TOOL = {"name": "get_weather", "description": "Weather", "input_schema": SCHEMA}
@@ -291,7 +292,7 @@ def events(data: list[bytes]) -> list[tuple[str, dict[str, Any]]]:
 
 
 def test_stream_events_for_text_then_a_call_then_text():
-    stream = messages.MessageStream("msg_1", "m", 7)
+    stream = messages.MessagesRenderer("m", 7)
     [(kind, start), ping] = events(stream.start())
     assert kind == "message_start" and ping == ("ping", {"type": "ping"})
     assert start["message"]["content"] == [] and start["message"]["stop_reason"] is None
@@ -305,8 +306,8 @@ def test_stream_events_for_text_then_a_call_then_text():
         CallArguments(0, '"Paris"}'),
         Content("after"),
     ]
-    sent = events(stream.pieces(pieces))
-    sent += events(stream.finish(Finished(0, "stop", 9, cached_tokens=2), called=True))
+    sent = events(stream.pieces(0, pieces, None))
+    sent += events(stream.finish(0, Finished(0, "stop", 9, cached_tokens=2), True, None, TokenUsage()))
     assert [kind for kind, _ in sent] == [
         "content_block_start",
         "content_block_delta",
@@ -342,8 +343,8 @@ def test_stream_events_for_text_then_a_call_then_text():
 
 
 def test_a_stream_with_no_content_has_no_block():
-    stream = messages.MessageStream("msg_1", "m", 7)
-    sent = events(stream.finish(Finished(0, "length", 0), called=False))
+    stream = messages.MessagesRenderer("m", 7)
+    sent = events(stream.finish(0, Finished(0, "length", 0), False, None, TokenUsage()))
     assert [kind for kind, _ in sent] == ["message_delta", "message_stop"]
     assert sent[0][1]["delta"]["stop_reason"] == "max_tokens"
 

@@ -9,19 +9,13 @@ from typing import Any
 import pytest
 
 from edgeserve import errors
-from edgeserve.protocol import (
-    ChatCompletionRequest,
-    Role,
-    ScoreEvaluationRequest,
-    StreamOptions,
-)
-from edgeserve.responses import error_body
-from edgeserve.validation import (
-    EMPTY_BODY,
-    decode_json_body,
-    parse_chat_request,
-    parse_score_request,
-)
+from edgeserve.api.common.wire import Role, StreamOptions
+from edgeserve.api.openai_chat.translate import parse_chat_request
+from edgeserve.api.openai_chat.wire import ChatCompletionRequest
+from edgeserve.api.reference.errors import error_body
+from edgeserve.api.reference.request import EMPTY_BODY, decode_json_body
+from edgeserve.api.score.translate import parse_score_request
+from edgeserve.api.score.wire import ScoreEvaluationRequest
 
 HI = [{"role": "user", "content": "hi"}]
 

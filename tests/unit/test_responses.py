@@ -9,24 +9,20 @@ from datetime import UTC, datetime
 
 import pytest
 
-from edgeserve.protocol import Finish
-from edgeserve.responses import (
+from edgeserve.api.common.render import ping_comment, sse_event, stream_error_event
+from edgeserve.api.common.tool_stream import CallArguments, CallStart, Content
+from edgeserve.api.common.wire import Finish
+from edgeserve.api.models.render import models_body
+from edgeserve.api.openai_chat.render import (
     chat_completion_body,
-    error_body,
-    error_message,
     finish_chunk,
-    models_body,
     new_completion_id,
-    new_score_id,
     piece_chunks,
-    ping_comment,
     role_chunk,
-    score_body,
-    sse_event,
-    stream_error_event,
     usage_chunk,
 )
-from edgeserve.tool_stream import CallArguments, CallStart, Content
+from edgeserve.api.reference.errors import error_body, error_message
+from edgeserve.api.score.render import new_score_id, score_body
 
 CID = "chatcmpl-5bcf7e062fa743d18529a8b40f6967d8"
 HEAD = f'{{"id": "{CID}", "object": "chat.completion.chunk", "created": 1796011736, "model": "m", '

@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from edgeserve.protocol import ResponsesRequest
-from edgeserve.responses_api import ResponseStream, response_body, response_usage
-from edgeserve.tool_calls import ToolCall
-from edgeserve.tool_stream import CallArguments, CallStart, Content
+from edgeserve.api.common.generation import TokenUsage
+from edgeserve.api.common.tool_calls import ToolCall
+from edgeserve.api.common.tool_stream import CallArguments, CallStart, Content
+from edgeserve.api.openai_responses.render import ResponsesRenderer, response_body, response_usage
+from edgeserve.api.openai_responses.wire import ResponsesRequest
+from edgeserve.engine.types import Finished
 
 REQ = ResponsesRequest(model="m", input="hi", instructions="be brief", max_output_tokens=9)
 USAGE = response_usage(5, 3, 2)
+STREAM_USAGE = TokenUsage(prompt_tokens=5, completion_tokens=3, cached={0: 2})
 
 
 def events(frames: list[bytes]) -> list[dict[str, Any]]:
@@ -77,9 +80,9 @@ def test_call_body() -> None:
 
 
 def test_text_stream() -> None:
-    stream = ResponseStream(REQ)
-    frames = stream.start() + stream.feed([Content("Hel")]) + stream.feed([Content("lo")])
-    got = events(frames + stream.finish("stop", USAGE))
+    stream = ResponsesRenderer(REQ)
+    frames = stream.start() + stream.pieces(0, [Content("Hel")], None) + stream.pieces(0, [Content("lo")], None)
+    got = events(frames + stream.finish(0, Finished(0, "stop", 3), False, None, STREAM_USAGE))
     assert [e["type"] for e in got] == [
         "response.created",
         "response.in_progress",
@@ -105,8 +108,8 @@ def test_text_stream() -> None:
 
 
 def test_empty_cut_stream_has_an_empty_incomplete_message() -> None:
-    stream = ResponseStream(REQ)
-    got = events(stream.start() + stream.finish("length", USAGE))
+    stream = ResponsesRenderer(REQ)
+    got = events(stream.start() + stream.finish(0, Finished(0, "length", 3), False, None, STREAM_USAGE))
     assert [e["type"] for e in got][2:] == [
         "response.output_item.added",
         "response.content_part.added",
@@ -120,7 +123,7 @@ def test_empty_cut_stream_has_an_empty_incomplete_message() -> None:
 
 
 def test_text_then_calls_stream() -> None:
-    stream = ResponseStream(REQ)
+    stream = ResponsesRenderer(REQ)
     pieces = [
         Content("ok "),
         CallStart(0, "a"),
@@ -129,7 +132,7 @@ def test_text_then_calls_stream() -> None:
         CallStart(1, "b"),
         CallArguments(1, "{}"),
     ]
-    got = events(stream.start() + stream.feed(pieces) + stream.finish("stop", USAGE))
+    got = events(stream.start() + stream.pieces(0, pieces, None) + stream.finish(0, Finished(0, "stop", 3), False, None, STREAM_USAGE))
     assert [e["type"] for e in got][2:] == [
         "response.output_item.added",
         "response.content_part.added",

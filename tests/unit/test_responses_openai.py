@@ -8,19 +8,18 @@ import re
 
 import pytest
 
-from edgeserve.engine.types import TokenLogprob
-from edgeserve.logprobs import AlignedLogprob
-from edgeserve.responses import (
-    chat_completion_body,
+from edgeserve.api.common.logprobs import AlignedLogprob
+from edgeserve.api.common.render import new_tool_call_id
+from edgeserve.api.common.tool_calls import ToolCall
+from edgeserve.api.common.tool_stream import Content
+from edgeserve.api.openai_chat.render import chat_completion_body, piece_chunks
+from edgeserve.api.openai_completions.render import (
     completion_body,
     completion_chunk,
     completion_usage_chunk,
     new_text_completion_id,
-    new_tool_call_id,
-    piece_chunks,
 )
-from edgeserve.tool_calls import ToolCall
-from edgeserve.tool_stream import Content
+from edgeserve.engine.types import TokenLogprob
 
 CID = "chatcmpl-5bcf7e062fa743d18529a8b40f6967d8"
 XID = "cmpl-5bcf7e062fa743d18529a8b40f6967d8"

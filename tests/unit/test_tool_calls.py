@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgeserve.tool_calls import ToolCall, parse_tool_calls
+from edgeserve.api.common.tool_calls import ToolCall, parse_tool_calls
 
 PARIS = ToolCall("get_weather", '{"city": "Paris"}')
 EMPTY = ToolCall("now", "{}")

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from edgeserve.tool_calls import ToolCall, parse_tool_calls
-from edgeserve.tool_stream import CallStart, Content, Piece, ToolCallStream
+from edgeserve.api.common.tool_calls import ToolCall, parse_tool_calls
+from edgeserve.api.common.tool_stream import CallStart, Content, Piece, ToolCallStream
 
 
 @dataclass

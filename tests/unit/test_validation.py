@@ -15,28 +15,23 @@ from typing import Any
 import pytest
 
 from edgeserve import errors
-from edgeserve.engine.types import ChatTurn, SamplingParams, ScoreRequest
-from edgeserve.responses import error_body
-from edgeserve.validation import (
+from edgeserve.api.openai_chat.translate import parse_chat_request, prepare_chat, would_reject
+from edgeserve.api.reference.detail import Detail
+from edgeserve.api.reference.engine_errors import engine_error
+from edgeserve.api.reference.errors import error_body
+from edgeserve.api.reference.limits import Limits, default_safe_media_path, is_env_enabled
+from edgeserve.api.reference.request import (
     EMPTY_BODY,
-    Detail,
-    Limits,
     body_too_large,
     check_api_key,
     check_can_generate,
     check_can_score,
     decode_json_body,
-    default_safe_media_path,
-    engine_error,
-    is_env_enabled,
     method_not_allowed,
     not_found,
-    parse_chat_request,
-    parse_score_request,
-    prepare_chat,
-    prepare_score,
-    would_reject,
 )
+from edgeserve.api.score.translate import parse_score_request, prepare_score
+from edgeserve.engine.types import ChatTurn, SamplingParams, ScoreRequest
 
 URL_PRIVATE = "Invalid URL: 403: Access to private or reserved IP addresses is not allowed."
 URL_SCHEME = "Invalid URL: 400: Only HTTP/HTTPS URLs are allowed."

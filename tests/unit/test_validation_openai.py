@@ -13,6 +13,19 @@ from typing import Any
 import pytest
 
 from edgeserve import errors
+from edgeserve.api.openai_chat.translate import parse_chat_request, prepare_chat, tool_calls_wanted
+from edgeserve.api.openai_completions.translate import (
+    completion_engine_error,
+    parse_completion_request,
+    prepare_completion,
+)
+from edgeserve.api.reference.engine_errors import token_engine_error
+from edgeserve.api.reference.limits import Limits
+from edgeserve.api.tokenize.translate import (
+    parse_detokenize_request,
+    parse_tokenize_request,
+    prepare_tokenize,
+)
 from edgeserve.engine.types import (
     GenerationRequest,
     GrammarSpec,
@@ -22,19 +35,6 @@ from edgeserve.engine.types import (
     TokenPrompt,
 )
 from edgeserve.grammars import ANY_JSON_OBJECT, either, schema_grammar, tool_call_grammar
-from edgeserve.validation import (
-    Limits,
-    completion_engine_error,
-    parse_chat_request,
-    parse_completion_request,
-    parse_detokenize_request,
-    parse_tokenize_request,
-    prepare_chat,
-    prepare_completion,
-    prepare_tokenize,
-    token_engine_error,
-    tool_calls_wanted,
-)
 
 USER = {"role": "user", "content": "hi"}
 TOOL = {
@@ -500,7 +500,7 @@ def test_completion_work(
     body: dict[str, Any], prompts: list[str], n: int, params: SamplingParams, limits: Limits
 ) -> None:
     work = prepare_completion(parse_completion_request(body), limits)
-    assert work.generations == tuple(
+    assert work.requests == tuple(
         GenerationRequest(prompt=p, params=params, n=n) for p in prompts
     )
 
@@ -528,7 +528,7 @@ def test_completion_prompts(
     vocabulary check is the engine's, named by completion_engine_error)."""
     work = prepare_completion(parse_completion_request(completion(prompt=prompt)), limits)
     assert (work.prompts, work.names) == (prompts, names)
-    assert tuple(g.prompt for g in work.generations) == prompts
+    assert tuple(g.prompt for g in work.requests) == prompts
     assert work.scoring is None
 
 
@@ -552,7 +552,7 @@ def test_completion_echo_scoring(
     prompt = [[2, 5], [7]]
     body = completion(prompt=prompt, **fields)
     work = prepare_completion(parse_completion_request(body), limits)
-    assert len(work.generations) == 2 * generations
+    assert len(work.requests) == 2 * generations
     expected = ScoreRequest(texts=work.prompts, top_logprobs=top) if top is not None else None
     assert work.scoring == expected
 

@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 
 from edgeserve import errors
+from edgeserve.api.openai_responses.translate import parse_responses_request, prepare_responses
+from edgeserve.api.reference.detail import Detail
+from edgeserve.api.reference.limits import Limits
 from edgeserve.engine.types import ChatPrompt, ChatTurn, GrammarSpec
 from edgeserve.grammars import ANY_JSON_OBJECT, either, schema_grammar, tool_call_grammar
-from edgeserve.validation import Detail, Limits, parse_responses_request, prepare_responses
 
 WEATHER = {
     "type": "function",

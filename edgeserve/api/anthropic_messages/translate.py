@@ -1,0 +1,257 @@
+"""Anthropic's POST /v1/messages and /v1/messages/count_tokens: the schemas, the conversation as
+chat's engine turns, the Messages checks, and the status and error type Anthropic answers with."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any, Final
+
+from edgeserve import errors, grammars
+from edgeserve.api.anthropic_messages.wire import (
+    CountTokensRequest,
+    MessageParam,
+    MessagesRequest,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from edgeserve.api.common.sampling import INT32_MAX, check_max_tokens, check_range, stop_strings
+from edgeserve.api.common.wire import Role
+from edgeserve.api.reference.detail import Detail
+from edgeserve.api.reference.limits import Limits, bad, check_unicode
+from edgeserve.api.reference.request import parse_body
+from edgeserve.engine.types import (
+    ChatPrompt,
+    ChatTurn,
+    GenerationRequest,
+    GrammarSpec,
+    SamplingParams,
+)
+
+
+def parse_messages_request(body: Any) -> MessagesRequest:
+    """Validate a decoded body against Anthropic's Messages schema (422 items; an Anthropic
+    endpoint answers them as 400, see anthropic_error)."""
+    return parse_body(MessagesRequest, body)
+
+
+def parse_count_tokens_request(body: Any) -> CountTokensRequest:
+    """Validate a decoded body against the count_tokens schema (as parse_messages_request)."""
+    return parse_body(CountTokensRequest, body)
+
+
+@dataclass(frozen=True)
+class MessagesPrompt:
+    """A Messages request's conversation as the engine's ChatPrompt, and the tools a forced
+    call may use (None when no call is forced)."""
+
+    prompt: ChatPrompt
+    forced: list[tuple[str, dict[str, Any]]] | None
+
+
+def messages_calls_wanted(req: CountTokensRequest) -> bool:
+    """Whether a Messages answer is read for tool calls: the request has tools and its
+    tool_choice is not "none" (the tools are still shown to the model then)."""
+    return bool(req.tools) and (req.tool_choice is None or req.tool_choice.type != "none")
+
+
+async def prepare_messages(req: MessagesRequest, limits: Limits) -> GenerationRequest:
+    """Anthropic's Messages checks and the engine request, as chat builds it.
+
+    Order: the conversation (see messages_prompt); max_tokens (required by the schema, at
+    least 1, at most the server's cap); temperature 0–1, top_p 0–1, top_k ≥ 0 (Anthropic's
+    ranges); invalid Unicode; last the grammar of a forced call (tool_choice any or tool).
+    """
+    conversation = messages_prompt(req)
+    check_max_tokens("max_tokens", req.max_tokens, limits)
+    check_range("temperature", req.temperature, low=0.0, high=1.0)
+    check_range("top_p", req.top_p, low=0.0, high=1.0)
+    check_range("top_k", req.top_k, low=0)
+    stop = stop_strings(req.stop_sequences)
+    check_unicode(
+        [
+            ("model", req.model),
+            *_prompt_texts(conversation.prompt),
+            *(("stop_sequences", text) for text in stop),
+        ]
+    )
+    grammar = None
+    if conversation.forced:
+        text = await asyncio.to_thread(grammars.tool_call_grammar, conversation.forced)
+        grammar = GrammarSpec("gbnf", text)
+    optional = {
+        "temperature": req.temperature,
+        "top_p": req.top_p,
+        "top_k": None if req.top_k is None else min(req.top_k, INT32_MAX),
+    }
+    params = SamplingParams(
+        max_tokens=req.max_tokens,
+        stop=stop,
+        grammar=grammar,
+        **{name: value for name, value in optional.items() if value is not None},
+    )
+    return GenerationRequest(prompt=conversation.prompt, params=params)
+
+
+def prepare_count_tokens(req: CountTokensRequest) -> ChatPrompt:
+    """The prompt whose tokens count_tokens counts, after the same checks as a Messages
+    request's conversation and tools."""
+    conversation = messages_prompt(req)
+    check_unicode([("model", req.model), *_prompt_texts(conversation.prompt)])
+    return conversation.prompt
+
+
+def _prompt_texts(prompt: ChatPrompt) -> list[tuple[str, str | None]]:
+    return [
+        ("system", prompt.system),
+        *((f"messages[{i}]", turn.content) for i, turn in enumerate(prompt.messages)),
+        ("tools", prompt.tools),
+    ]
+
+
+def messages_prompt(req: CountTokensRequest) -> MessagesPrompt:
+    """A Messages conversation as chat's engine turns, and its tool choice.
+
+    Consecutive messages of one role are one turn (as Anthropic merges them); the first must
+    be a user's and so must the last (no prefilled answers). A user message with tool_result
+    blocks is a "tool" turn: the results' text (an error result prefixed "Error: ") then any
+    other text, each result answering a tool_use of the assistant turn before it. An assistant
+    message with tool_use blocks is a "function" turn (chat's shape: the calls, its text left
+    out). Thinking blocks are left out; image and document blocks answer 400 (text only).
+    """
+    if not req.messages:
+        raise bad(Detail.MESSAGES_EMPTY)
+    if req.messages[0].role != "user":
+        raise bad(Detail.MESSAGES_FIRST_NOT_USER)
+    if req.messages[-1].role != "user":
+        raise bad(Detail.MESSAGES_PREFILL)
+    groups: list[list[tuple[int, MessageParam]]] = []
+    for index, message in enumerate(req.messages):
+        if groups and groups[-1][0][1].role == message.role:
+            groups[-1].append((index, message))
+        else:
+            groups.append([(index, message)])
+    turns: list[ChatTurn] = []
+    calls: set[str] = set()
+    for group in groups:
+        turn, calls = _messages_turn(group, calls)
+        turns.append(turn)
+    system = req.system
+    if isinstance(system, list):
+        system = "\n\n".join(block.text for block in system)
+    tools = None
+    if req.tools:
+        tools = json.dumps(
+            [
+                {"name": tool.name, "parameters": tool.input_schema}
+                | ({} if tool.description is None else {"description": tool.description})
+                for tool in req.tools
+            ],
+            ensure_ascii=False,
+        )
+    kind = "auto" if req.tool_choice is None else req.tool_choice.type
+    forced = _messages_forced(req, kind) if kind in ("any", "tool") else None
+    prompt = ChatPrompt(messages=tuple(turns), system=system or None, tools=tools)
+    return MessagesPrompt(prompt, forced)
+
+
+def _messages_turn(
+    group: list[tuple[int, MessageParam]], calls: set[str]
+) -> tuple[ChatTurn, set[str]]:
+    """One turn from consecutive messages of one role, and the ids of its tool_use blocks;
+    `calls` are the ids the assistant turn before it made."""
+    role = group[0][1].role
+    texts: list[str] = []
+    results: list[str] = []
+    uses: list[dict[str, str]] = []
+    made: set[str] = set()
+    for index, message in group:
+        if not message.content:
+            raise bad(Detail.MESSAGE_EMPTY.format(index=index))
+        blocks = (
+            [TextBlock(text=message.content)]
+            if isinstance(message.content, str)
+            else message.content
+        )
+        for number, block in enumerate(blocks):
+            where = {"index": index, "number": number, "kind": block.type, "role": role}
+            if isinstance(block, TextBlock):
+                texts.append(block.text)
+            elif isinstance(block, ToolUseBlock | ToolResultBlock):
+                wrong = (role == "user") == isinstance(block, ToolUseBlock)
+                if wrong:
+                    raise bad(Detail.MESSAGE_BLOCK_WRONG_ROLE.format(**where))
+                if isinstance(block, ToolUseBlock):
+                    made.add(block.id)
+                    arguments = json.dumps(block.input, ensure_ascii=False)
+                    uses.append({"name": block.name, "arguments": arguments})
+                    continue
+                if block.tool_use_id not in calls:
+                    tool_id = json.dumps(block.tool_use_id, ensure_ascii=False)
+                    raise bad(Detail.TOOL_RESULT_UNKNOWN_ID.format(id=tool_id, **where))
+                results.append(_tool_result_text(block, where))
+            elif block.type in ("image", "document"):
+                raise bad(Detail.MESSAGE_BLOCK_UNSUPPORTED.format(**where))
+    if uses:
+        return ChatTurn(Role.FUNCTION.value, json.dumps(uses, ensure_ascii=False)), made
+    if results:
+        return ChatTurn(Role.TOOL.value, "\n\n".join(results + texts)), made
+    if not any(texts):
+        raise bad(Detail.MESSAGE_EMPTY.format(index=group[0][0]))
+    return ChatTurn(role, "\n\n".join(text for text in texts if text)), made
+
+
+def _tool_result_text(block: ToolResultBlock, where: dict[str, Any]) -> str:
+    """A tool result's text; only text blocks may make it up."""
+    parts = []
+    content = [TextBlock(text=block.content)] if isinstance(block.content, str) else block.content
+    for part in content:
+        if not isinstance(part, TextBlock):
+            raise bad(Detail.MESSAGE_BLOCK_UNSUPPORTED.format(**(where | {"kind": part.type})))
+        parts.append(part.text)
+    text = "\n".join(parts)
+    return f"Error: {text}" if block.is_error else text
+
+
+def _messages_forced(req: CountTokensRequest, kind: str) -> list[tuple[str, dict[str, Any]]]:
+    """The tools a forced call may use: all for "any", the named one for "tool"."""
+    if not req.tools:
+        raise bad(Detail.MESSAGES_TOOL_CHOICE_WITHOUT_TOOLS.format(value=json.dumps(kind)))
+    tools = [(tool.name, tool.input_schema) for tool in req.tools]
+    if kind == "any":
+        return tools
+    name = req.tool_choice.name if req.tool_choice else None
+    if name is None:
+        raise bad(Detail.TOOL_CHOICE_NEEDS_NAME)
+    chosen = [tool for tool in tools if tool[0] == name]
+    if not chosen:
+        known = ", ".join(json.dumps(tool[0], ensure_ascii=False) for tool in tools)
+        raise bad(
+            Detail.MESSAGES_TOOL_UNKNOWN.format(
+                name=json.dumps(name, ensure_ascii=False), known=known
+            )
+        )
+    return chosen[:1]
+
+
+_ANTHROPIC_TYPES: Final = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
+
+
+def anthropic_error(err: errors.ApiError) -> tuple[int, str]:
+    """The status and Anthropic error type an Anthropic endpoint answers `err` with: a schema
+    error (422) is Anthropic's 400 invalid_request_error; other 4xx keep their status; any
+    other status without a type of its own is api_error."""
+    status = 400 if err.status == 422 else err.status
+    fallback = "invalid_request_error" if 400 <= status < 500 else "api_error"
+    return status, _ANTHROPIC_TYPES.get(status, fallback)

@@ -1,0 +1,122 @@
+"""What the HTTP layer hands an API's endpoint, and what the endpoint leaves for the access
+log: no aiohttp here, so an API package never sees the web framework.
+
+An endpoint is either a `Unary` function (one engine call, one JSON answer) or a
+`GenerationApi` (see generation.py), mounted by a `Route`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from edgeserve.api.reference.engine_errors import engine_error, request_timeout
+from edgeserve.api.reference.limits import Limits
+from edgeserve.engine.client import EngineClient
+from edgeserve.errors import EngineError
+
+if TYPE_CHECKING:
+    from edgeserve.api.common.generation import GenerationApi
+    from edgeserve.engine.client import Generation
+
+T = TypeVar("T")
+
+
+@dataclass
+class RequestRecord:
+    """What an endpoint learned about its request, for the access log line and the metrics.
+
+    `error_status` is set when a stream that had already answered 200 ended with an in-band
+    error event (e.g. 504 past --request-timeout-s). `generations` are the request's engine
+    generations (their speculation counts are read when the line is written).
+    """
+
+    request_id: str
+    prompt_tokens: int | None = None
+    cached_tokens: int = 0
+    completion_tokens: int | None = None
+    ttft_s: float | None = None
+    gen_s: float | None = None
+    error_status: int | None = None
+    generations: list[Generation] = field(default_factory=list)
+
+    def generated(
+        self, prompt: int, completion: int, cached: int, started: float, first: float | None
+    ) -> None:
+        """Note a finished generation: token counts, and (when any text came, at `first`)
+        time to first token from `started` and the generation time until now."""
+        self.prompt_tokens = prompt
+        self.completion_tokens = completion
+        self.cached_tokens = cached
+        if first is not None:
+            self.ttft_s = first - started
+            self.gen_s = time.perf_counter() - first
+
+
+@dataclass
+class Call:
+    """One authenticated request as an endpoint sees it: the decoded body (None for GET), the
+    engine, the limits and settings it answers under, and its access-log record. `large`
+    bodies (see http/request.py) are parsed and answered off the event loop (`off_loop`)."""
+
+    body: Any
+    engine: EngineClient
+    limits: Limits
+    model_name: str
+    timeout_s: float
+    record: RequestRecord
+    large: bool = False
+
+    async def off_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)`, on a worker thread when the body is large, else right here."""
+        if self.large:
+            return await asyncio.to_thread(fn, *args)
+        return fn(*args)
+
+    async def checks(self, checks: Awaitable[T]) -> T:
+        """Await an async check (one that may convert a schema or fetch media), on a worker
+        thread's event loop when the body is large."""
+        if self.large:
+            return await asyncio.to_thread(asyncio.run, checks)  # type: ignore[arg-type]
+        return await checks
+
+    @contextlib.asynccontextmanager
+    async def engine_work(self) -> AsyncIterator[None]:
+        """Engine work under the request's deadline (--request-timeout-s): EngineError becomes
+        its client error and the deadline's expiry a 504; leaving early cancels the work."""
+        limit = asyncio.timeout(self.timeout_s)
+        async with deadline_errors(limit, self.timeout_s), limit:
+            yield
+
+
+@contextlib.asynccontextmanager
+async def deadline_errors(limit: asyncio.Timeout, timeout_s: float) -> AsyncIterator[None]:
+    """Turn engine exceptions into their client errors, and the expiry of `limit` into 504.
+    Put it outside whatever holds engine work, so that leaving that has already cancelled
+    the work."""
+    try:
+        yield
+    except EngineError as exc:
+        raise engine_error(exc) from exc
+    except TimeoutError:
+        if not limit.expired():
+            raise
+        raise request_timeout(timeout_s) from None
+
+
+Unary = Callable[[Call], Awaitable[bytes]]
+"""An endpoint that answers one JSON body."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """One endpoint of an API: a method, a path, and either a `Unary` function or a
+    `GenerationApi`."""
+
+    method: Literal["GET", "POST"]
+    path: str
+    endpoint: Unary | GenerationApi[Any, Any]

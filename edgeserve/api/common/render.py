@@ -1,0 +1,63 @@
+"""What every OpenAI-shaped renderer shares: SSE framing, usage, finish reasons, token text.
+
+Two JSON dialects, both the reference's: response bodies are compact pydantic-core JSON (raw
+UTF-8, every field present, nulls included, declaration order), SSE chunks are Python
+`json.dumps` with its default `", "`/`": "` separators and only the fields that were set.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime
+from typing import Any
+
+from edgeserve.api.common.wire import Finish, PromptTokensDetails, Usage
+from edgeserve.api.reference.errors import error_message
+
+
+def sse_event(payload: dict[str, Any] | str) -> bytes:
+    """One SSE data event; a str payload (such as "[DONE]") is sent verbatim."""
+    data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+    return f"data: {data}\n\n".encode()
+
+
+def ping_comment(now: datetime) -> bytes:
+    """A keep-alive comment as sse-starlette >= 2.1 writes it."""
+    return f": ping - {now}\n\n".encode()
+
+
+def build_usage(
+    prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None
+) -> Usage:
+    """Token usage; prompt_tokens_details only when the cached count is known."""
+    details = None if cached_tokens is None else PromptTokensDetails(cached_tokens=cached_tokens)
+    return Usage(
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        total_tokens=prompt_tokens + completion_tokens,
+        prompt_tokens_details=details,
+    )
+
+
+def wire_finish_reason(engine_reason: str) -> Finish:
+    """The engine's "stop" stays "stop"; anything else (length, abort) is "length"."""
+    return Finish.STOP if engine_reason == "stop" else Finish.LENGTH
+
+
+def token_text(token: bytes) -> str:
+    """A token's bytes as text; bytes that are not whole UTF-8 characters (a token may hold
+    part of one) are written as `\\xNN` escapes."""
+    return token.decode("utf-8", errors="backslashreplace")
+
+
+def stream_error_event(status: int, detail: Any) -> bytes:
+    """An error after the stream started: one event in the OpenAI error shape (the SDK raises
+    APIError on it), carrying the same message as a JSON error would."""
+    message = error_message(detail)
+    return sse_event({"error": {"message": message, "type": "server_error", "code": status}})
+
+
+def new_tool_call_id() -> str:
+    """`call_` + 32 lowercase hex digits, fresh for every call (reference section 6)."""
+    return f"call_{uuid.uuid4().hex}"

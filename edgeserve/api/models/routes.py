@@ -1,0 +1,16 @@
+"""GET /v1/models."""
+
+from __future__ import annotations
+
+import time
+
+from edgeserve.api.common.call import Call, Route
+from edgeserve.api.models.render import models_body
+
+
+async def list_models(call: Call) -> bytes:
+    """One model card whose id is the configured model name."""
+    return models_body(call.model_name, int(time.time()))
+
+
+ROUTES = (Route("GET", "/v1/models", list_models),)

@@ -1,0 +1,51 @@
+"""Engine exceptions as client-visible errors (engine_error, token_engine_error) and the 504 of
+a request that ran past --request-timeout-s."""
+
+from __future__ import annotations
+
+from edgeserve import errors
+from edgeserve.api.reference.detail import Detail
+from edgeserve.api.reference.limits import bad
+
+
+def engine_error(exc: errors.EngineError) -> errors.ApiError:
+    """The client-visible error for an engine exception (503 busy/stopping, 400 too long/large).
+
+    An EngineError of no known kind is the server's own fault: 500.
+    """
+    match exc:
+        case errors.EngineOverloaded():
+            return errors.ApiError(503, Detail.SERVER_BUSY, {"Retry-After": "1"})
+        case errors.EngineStopped():
+            return errors.ApiError(503, Detail.SHUTTING_DOWN, {"Retry-After": "5"})
+        case errors.EngineRestarted():
+            return errors.ApiError(503, Detail.ENGINE_RESTARTED, {"Retry-After": "1"})
+        case errors.PromptTooLong(index=None):
+            return bad(Detail.PROMPT_TOO_LONG.format(n_prompt=exc.count, n_ctx=exc.n_ctx))
+        case errors.PromptTooLong():
+            detail = Detail.TEXT_TOO_LONG.format(
+                index=exc.index, n_prompt=exc.count, n_ctx=exc.n_ctx
+            )
+            return bad(detail)
+        case errors.InvalidPrompt():
+            return bad(str(exc))
+        case errors.RequestTooLarge():
+            return bad(Detail.REQUEST_TOO_LARGE.format(what=exc.what, got=exc.got, limit=exc.limit))
+    return errors.ApiError(500, Detail.ENGINE_FAILED)
+
+
+def token_engine_error(exc: errors.EngineError, where: str) -> errors.ApiError:
+    """engine_error for a request whose token ids are the list `where` ("tokens",
+    "prompt[1]"): an id outside the vocabulary is named by its position in that list."""
+    if isinstance(exc, errors.UnknownToken):
+        return bad(
+            Detail.UNKNOWN_TOKEN.format(
+                where=f"{where}[{exc.position}]", token=exc.token, last=exc.n_vocab - 1
+            )
+        )
+    return engine_error(exc)
+
+
+def request_timeout(seconds: float) -> errors.ApiError:
+    """504 for a request that ran past --request-timeout-s (its engine work was cancelled)."""
+    return errors.ApiError(504, Detail.REQUEST_TIMEOUT.format(seconds=seconds))

@@ -1,1 +1,0 @@
-"""One module per endpoint: bytes → validation → engine → responses."""

@@ -1,0 +1,53 @@
+"""Steps every endpoint shares before its own: read and decode the body, check the API key
+(the reference's order), and hand the endpoint a `Call`."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from edgeserve.api.common.call import Call
+from edgeserve.api.reference.request import check_api_key, decode_json_body
+from edgeserve.http.keys import ENGINE, LIMITS, RECORD, SETTINGS
+
+# Bodies larger than this are decoded, validated and checked on a worker thread: a request of
+# 100,000 chat messages takes over a second of CPU to parse and check, which on the event loop
+# would stall every running stream for as long.
+LARGE_BODY_BYTES = 256 * 1024
+
+
+async def call_for(request: web.Request, *, with_body: bool) -> Call:
+    """The request as an endpoint sees it: its JSON body read and decoded (`with_body`), then
+    its API key checked."""
+    body = None
+    large = False
+    if with_body:
+        raw = await request.read()
+        large = len(raw) > LARGE_BODY_BYTES
+        content_type = request.headers.get("Content-Type")
+        if large:
+            body = await asyncio.to_thread(decode_json_body, raw, content_type)
+        else:
+            body = decode_json_body(raw, content_type)
+    check_key(request)
+    settings = request.config_dict[SETTINGS]
+    return Call(
+        body=body,
+        engine=request.config_dict[ENGINE],
+        limits=request.config_dict[LIMITS],
+        model_name=settings.model_name,
+        timeout_s=settings.request_timeout_s,
+        record=request[RECORD],
+        large=large,
+    )
+
+
+def check_key(request: web.Request) -> None:
+    """401 unless the request carries a configured API key (as a bearer token or in
+    Anthropic's `x-api-key` header)."""
+    check_api_key(
+        request.headers.get("Authorization"),
+        request.config_dict[SETTINGS].api_keys,
+        request.headers.get("x-api-key"),
+    )
