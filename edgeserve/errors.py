@@ -1,7 +1,7 @@
 """Errors that cross layer boundaries.
 
     ApiError(status, detail, headers)      a client-visible HTTP error: {"detail": ...}
-      (built only by edgeserve.validation, the one package that decides a 4xx)
+      (built only by edgeserve.api: each API's checks, with the strings of api.reference.detail)
 
     EngineError                            the engine's base class (never a client's fault)
       ├── EngineOverloaded                 the admission queue is full

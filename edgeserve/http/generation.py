@@ -87,11 +87,7 @@ async def _generate(
                     usage.prompt_tokens = sum(p.prompt_tokens for p in prompts)
                     renderer = await api.renderer(req, work, call, usage)
                     if not work.stream:
-                        choices = Choices(renderer, work)
-                        async for event in _events(gens, work.n):
-                            usage.account(event, work.n)
-                            choices.collect(event)
-                        body = renderer.body(choices.answers, usage)
+                        body = await _collect(work, gens, renderer, usage)
                         return web.Response(body=body, content_type="application/json")
             return await _stream(request, call, work, gens, renderer, usage, deadline)
         finally:
@@ -118,6 +114,18 @@ async def _submit(
     return prompts
 
 
+async def _collect(
+    work: GenerationWork, gens: Sequence[Generation], renderer: Renderer, usage: TokenUsage
+) -> bytes:
+    """The whole answer, as one body."""
+    choices = Choices(renderer, work)
+    async with contextlib.aclosing(_events(gens, work.n)) as events:
+        async for event in events:
+            usage.account(event, work.n)
+            choices.collect(event)
+    return renderer.body(choices.answers, usage)
+
+
 async def _stream(
     request: web.Request,
     call: Call,
@@ -136,8 +144,8 @@ async def _stream(
             return stream.response
         limit = asyncio.timeout_at(deadline)
         try:
-            async with limit:
-                async for event in _events(gens, work.n):
+            async with limit, contextlib.aclosing(_events(gens, work.n)) as events:
+                async for event in events:
                     usage.account(event, work.n)
                     if not await stream.send_all(choices.stream(event, usage)):
                         return stream.response

@@ -206,7 +206,11 @@ async def api_errors(request: web.Request, handler: Handler) -> web.StreamRespon
         error = err
     except web.HTTPNotFound:
         path = request.path
-        if len(path) > 1 and path.endswith("/") and path.rstrip("/") in request.config_dict[KNOWN_PATHS]:
+        if (
+            len(path) > 1
+            and path.endswith("/")
+            and path.rstrip("/") in request.config_dict[KNOWN_PATHS]
+        ):
             return web.Response(status=307, headers={"Location": _slashless_url(request)})
         error = not_found()
     except web.HTTPMethodNotAllowed as exc:
@@ -217,5 +221,6 @@ async def api_errors(request: web.Request, handler: Handler) -> web.StreamRespon
 
 
 def _error_for(request: web.Request, error: ApiError) -> web.Response:
-    """`error` in the shape of the application that routed the request."""
-    return request.config_dict[ERRORS](request, error)
+    """`error` in the shape of the innermost application that routed the request (aiohttp's
+    `config_dict` is fixed by the first middleware that reads it, so it cannot tell)."""
+    return request.match_info.apps[-1][ERRORS](request, error)

@@ -1,7 +1,7 @@
 """Anthropic's Messages API through the official `anthropic` SDK: `messages.create`,
 `messages.stream`, tools with a tool_use / tool_result round trip, `count_tokens`, the
-`x-api-key` header and Anthropic-shaped errors. tests/unit/test_messages.py covers the
-translation; tests/integration/test_messages.py the wire events and disconnects."""
+`x-api-key` header and Anthropic-shaped errors. tests/unit/test_anthropic_messages.py covers the
+translation; tests/integration/test_anthropic_messages_http.py the wire events and disconnects."""
 
 from __future__ import annotations
 

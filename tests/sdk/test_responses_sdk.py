@@ -2,8 +2,8 @@
 `client.responses.stream`): text, the event sequence, tools, structured output, usage,
 max_output_tokens, the stateless 400s and a stream closed early.
 
-tests/unit/test_validation_responses.py covers the translation to chat and the 400s;
-tests/unit/test_responses_api.py the bodies and events.
+tests/unit/test_openai_responses_checks.py covers the translation to chat and the 400s;
+tests/unit/test_openai_responses_render.py the bodies and events.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Pure builders from engine results to Anthropic Messages wire bytes: the response body, the
-stream's events (`MessageStream`), count_tokens and errors in Anthropic's shape."""
+stream's events (`MessagesRenderer`), count_tokens and errors in Anthropic's shape."""
 
 from __future__ import annotations
 

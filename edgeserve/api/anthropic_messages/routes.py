@@ -22,7 +22,8 @@ from edgeserve.api.anthropic_messages.translate import (
 )
 from edgeserve.api.anthropic_messages.wire import MessagesRequest
 from edgeserve.api.common.call import Call, Route
-from edgeserve.api.common.generation import GenerationWork, TokenUsage, refused
+from edgeserve.api.common.generation import GenerationWork, TokenUsage
+from edgeserve.api.reference.engine_errors import engine_error
 from edgeserve.api.reference.errors import error_message
 from edgeserve.api.reference.limits import Limits
 from edgeserve.errors import ApiError, EngineError
@@ -45,7 +46,7 @@ class MessagesApi:
     def admission_error(self, work: GenerationWork, exc: EngineError, position: int) -> ApiError:
         """The engine's refusal as the reference reports it (Anthropic's shape on the way
         out)."""
-        return refused(exc)
+        return engine_error(exc)
 
     async def renderer(
         self, req: MessagesRequest, work: GenerationWork, call: Call, usage: TokenUsage

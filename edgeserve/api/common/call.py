@@ -81,7 +81,7 @@ class Call:
         """Await an async check (one that may convert a schema or fetch media), on a worker
         thread's event loop when the body is large."""
         if self.large:
-            return await asyncio.to_thread(asyncio.run, checks)  # type: ignore[arg-type]
+            return await asyncio.to_thread(asyncio.run, checks)
         return await checks
 
     @contextlib.asynccontextmanager

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from edgeserve.api.common.logprobs import AlignedLogprob, LogprobAligner
 from edgeserve.api.common.tool_calls import ToolCall, parse_tool_calls
 from edgeserve.api.common.tool_stream import Content, Piece, ToolCallStream
-from edgeserve.api.reference.engine_errors import engine_error
 from edgeserve.api.reference.limits import Limits
 from edgeserve.engine.types import Finished, GenerationRequest, TextDelta, TokenLogprob
 from edgeserve.errors import ApiError, EngineError
@@ -149,11 +148,6 @@ class GenerationApi(Protocol[Req, Work]):
         """The renderer for this request, once its prompts are queued (`usage` has their
         tokens; an API whose answer needs more of the engine first may add to it)."""
         ...
-
-
-def refused(exc: EngineError) -> ApiError:
-    """The usual `admission_error`: the engine's error as the reference reports it."""
-    return engine_error(exc)
 
 
 class Choices:

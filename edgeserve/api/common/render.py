@@ -61,3 +61,14 @@ def stream_error_event(status: int, detail: Any) -> bytes:
 def new_tool_call_id() -> str:
     """`call_` + 32 lowercase hex digits, fresh for every call (reference section 6)."""
     return f"call_{uuid.uuid4().hex}"
+
+
+def openai_stream_end(usage_event: bytes | None) -> list[bytes]:
+    """The end of an OpenAI stream: the usage event (with stream_options.include_usage), then
+    `[DONE]`."""
+    return [*([usage_event] if usage_event else []), sse_event("[DONE]")]
+
+
+def openai_stream_failure(status: int, detail: Any) -> list[bytes]:
+    """An OpenAI stream ended by an error: the error event, then `[DONE]`."""
+    return [stream_error_event(status, detail), sse_event("[DONE]")]

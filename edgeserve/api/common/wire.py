@@ -1,4 +1,5 @@
-"""Wire types shared by every endpoint: the base model and token usage."""
+"""Wire types several APIs share: the base model, token usage, message roles, finish reasons,
+stream options and multimodal content items."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""POST /v1/embeddings' answer.
-"""
+"""POST /v1/embeddings' answer."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""GET /v1/models' answer.
-"""
+"""GET /v1/models' answer."""
 
 from __future__ import annotations
 

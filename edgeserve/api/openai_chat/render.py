@@ -15,8 +15,9 @@ from edgeserve.api.common.logprobs import AlignedLogprob, LogprobAligner
 from edgeserve.api.common.render import (
     build_usage,
     new_tool_call_id,
+    openai_stream_end,
+    openai_stream_failure,
     sse_event,
-    stream_error_event,
     token_text,
     wire_finish_reason,
 )
@@ -45,8 +46,6 @@ from edgeserve.errors import ApiError
 def new_completion_id() -> str:
     """`chatcmpl-` + 32 lowercase hex digits."""
     return f"chatcmpl-{uuid.uuid4().hex}"
-
-
 
 
 def chat_completion_body(
@@ -278,20 +277,11 @@ class ChatRenderer:
 
     def end(self, usage: TokenUsage) -> list[bytes]:
         """The usage chunk (with stream_options.include_usage), then `[DONE]`."""
-        events = []
-        if self._include_usage:
-            events.append(
-                usage_chunk(
-                    self._id,
-                    self._model,
-                    self._created,
-                    usage.prompt_tokens,
-                    usage.completion_tokens,
-                    usage.cached_tokens or None,
-                )
-            )
-        return [*events, sse_event("[DONE]")]
+        if not self._include_usage:
+            return openai_stream_end(None)
+        counts = (usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens or None)
+        return openai_stream_end(usage_chunk(self._id, self._model, self._created, *counts))
 
     def failure(self, err: ApiError) -> list[bytes]:
         """An OpenAI-shaped error event, then `[DONE]`."""
-        return [stream_error_event(err.status, err.detail), sse_event("[DONE]")]
+        return openai_stream_failure(err.status, err.detail)

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from edgeserve.api.common.call import Call, Route
-from edgeserve.api.common.generation import GenerationWork, TokenUsage, refused
+from edgeserve.api.common.generation import GenerationWork, TokenUsage
 from edgeserve.api.openai_chat.render import ChatRenderer
 from edgeserve.api.openai_chat.translate import parse_chat_request, prepare_chat, tool_calls_wanted
 from edgeserve.api.openai_chat.wire import ChatCompletionRequest
+from edgeserve.api.reference.engine_errors import engine_error
 from edgeserve.api.reference.limits import Limits
 from edgeserve.errors import ApiError, EngineError
 
@@ -33,7 +34,7 @@ class ChatApi:
 
     def admission_error(self, work: GenerationWork, exc: EngineError, position: int) -> ApiError:
         """The engine's refusal as the reference reports it."""
-        return refused(exc)
+        return engine_error(exc)
 
     async def renderer(
         self, req: ChatCompletionRequest, work: GenerationWork, call: Call, usage: TokenUsage

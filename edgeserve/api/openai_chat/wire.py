@@ -55,18 +55,12 @@ class FunctionCall(ProtocolModel):
     function: Function
 
 
-
-
-
-
 class ChatMessage(ProtocolModel):
     """One request message."""
 
     role: Role
     content: str | list[MultimodalInputItem] | None = None
     tool_calls: list[FunctionCall] | None = None
-
-
 
 
 class ResponseFormat(ProtocolModel):

@@ -1,5 +1,4 @@
-"""Legacy text completions as bytes: the whole answer, and its stream chunks.
-"""
+"""Legacy text completions as bytes: the whole answer, and its stream chunks."""
 
 from __future__ import annotations
 
@@ -11,8 +10,9 @@ from edgeserve.api.common.generation import ChoiceAnswer, TokenUsage
 from edgeserve.api.common.logprobs import AlignedLogprob, LogprobAligner
 from edgeserve.api.common.render import (
     build_usage,
+    openai_stream_end,
+    openai_stream_failure,
     sse_event,
-    stream_error_event,
     token_text,
     wire_finish_reason,
 )
@@ -220,20 +220,13 @@ class CompletionsRenderer:
 
     def end(self, usage: TokenUsage) -> list[bytes]:
         """The usage chunk (with stream_options.include_usage), then `[DONE]`."""
-        events = []
-        if self._include_usage:
-            events.append(
-                completion_usage_chunk(
-                    self._id,
-                    self._model,
-                    self._created,
-                    usage.prompt_tokens,
-                    usage.completion_tokens,
-                    usage.cached_tokens or None,
-                )
-            )
-        return [*events, sse_event("[DONE]")]
+        if not self._include_usage:
+            return openai_stream_end(None)
+        counts = (usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens or None)
+        return openai_stream_end(
+            completion_usage_chunk(self._id, self._model, self._created, *counts)
+        )
 
     def failure(self, err: ApiError) -> list[bytes]:
         """An OpenAI-shaped error event, then `[DONE]`."""
-        return [stream_error_event(err.status, err.detail), sse_event("[DONE]")]
+        return openai_stream_failure(err.status, err.detail)

@@ -1,6 +1,6 @@
 """Pure builders of OpenAI Responses API bodies and stream events from engine results.
 
-A non-stream answer is one `response` object (`response_body`). A stream (`ResponseStream`) is
+A non-stream answer is one `response` object (`response_body`). A stream (`ResponsesRenderer`) is
 named SSE events, each with the next `sequence_number`: `response.created`,
 `response.in_progress`, then per output item `response.output_item.added`, for a message
 `response.content_part.added`, `response.output_text.delta`… `response.output_text.done`,
@@ -146,9 +146,7 @@ class ResponsesRenderer:
     def body(self, answers: Sequence[ChoiceAnswer], usage: TokenUsage) -> bytes:
         """The response object (one choice: Responses has no n)."""
         answer = answers[0]
-        return response_body(
-            self._req, answer.text, answer.calls, answer.reason, _usage(usage)
-        )
+        return response_body(self._req, answer.text, answer.calls, answer.reason, _usage(usage))
 
     def start(self) -> list[bytes]:
         """`response.created` and `response.in_progress`."""

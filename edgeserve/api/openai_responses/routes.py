@@ -6,11 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from edgeserve.api.common.call import Call, Route
-from edgeserve.api.common.generation import GenerationWork, TokenUsage, refused
+from edgeserve.api.common.generation import GenerationWork, TokenUsage
 from edgeserve.api.openai_chat.translate import tool_calls_wanted
 from edgeserve.api.openai_responses.render import ResponsesRenderer
 from edgeserve.api.openai_responses.translate import parse_responses_request, prepare_responses
 from edgeserve.api.openai_responses.wire import ResponsesRequest
+from edgeserve.api.reference.engine_errors import engine_error
 from edgeserve.api.reference.limits import Limits
 from edgeserve.errors import ApiError, EngineError
 
@@ -31,7 +32,7 @@ class ResponsesApi:
 
     def admission_error(self, work: GenerationWork, exc: EngineError, position: int) -> ApiError:
         """The engine's refusal as the reference reports it."""
-        return refused(exc)
+        return engine_error(exc)
 
     async def renderer(
         self, req: ResponsesRequest, work: GenerationWork, call: Call, usage: TokenUsage

@@ -1,6 +1,6 @@
 """OpenAI Responses API wire types (POST /v1/responses), the stateless subset edgeserve serves.
 
-Request models are loose (unknown fields ignored, item `type`s checked by edgeserve.validation,
+Request models are loose (unknown fields ignored, item `type`s checked by translate.py,
 which names what is not supported); response models follow the `openai` SDK's `Response` type.
 """
 

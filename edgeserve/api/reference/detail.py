@@ -1,4 +1,4 @@
-"""Every `detail` string the validation package produces, in one class: `Detail`."""
+"""Every `detail` string the API checks produce, in one class: `Detail`."""
 
 from __future__ import annotations
 

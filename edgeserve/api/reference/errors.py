@@ -50,4 +50,3 @@ def _item_summary(item: Any) -> str:
     if isinstance(reason, str) and reason not in msg:
         msg = f"{msg} ({reason})"
     return f"{loc}: {msg}" if loc else msg
-

@@ -1,5 +1,4 @@
-"""POST /v1/score/evaluation's answer.
-"""
+"""POST /v1/score/evaluation's answer."""
 
 from __future__ import annotations
 

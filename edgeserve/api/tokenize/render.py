@@ -1,5 +1,4 @@
-"""The tokenizer endpoints' answers.
-"""
+"""The tokenizer endpoints' answers."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""edgeserve.validation for POST /v1/responses: the translation to chat (prepare_responses) and
-Responses' own 400s. One case per line: add a row to add a case."""
+"""api/openai_responses/translate.py (POST /v1/responses): the translation to chat
+(prepare_responses) and Responses' own 400s. One case per line: add a row to add a case."""
 
 from __future__ import annotations
 

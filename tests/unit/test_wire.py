@@ -1,5 +1,5 @@
-"""edgeserve.protocol through the parse functions: the reference's 422 bodies byte for byte
-(reference-api.md section 4), lax coercions (section 1.3) and the extension fields."""
+"""The wire models (api/*/wire.py) through the parse functions: the reference's 422 bodies byte for
+byte (reference-api.md section 4), lax coercions (section 1.3) and the extension fields."""
 
 from __future__ import annotations
 

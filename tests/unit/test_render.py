@@ -1,4 +1,4 @@
-"""edgeserve.responses: exact bytes of every builder (reference-api.md sections 1.2, 1.4, 1.5,
+"""api/*/render.py: exact bytes of every builder (reference-api.md sections 1.2, 1.4, 1.5,
 7.2 with divergence 4, 7.3)."""
 
 from __future__ import annotations

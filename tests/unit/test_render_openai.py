@@ -1,5 +1,6 @@
-"""edgeserve.responses beyond the reference: tool-call answers (reference section 6's shape),
-OpenAI's legacy text completions and token log-probabilities, byte for byte."""
+"""api/openai_chat and api/openai_completions renderers beyond the reference: tool-call answers
+(reference section 6's shape), OpenAI's legacy text completions and token log-probabilities, byte
+for byte."""
 
 from __future__ import annotations
 

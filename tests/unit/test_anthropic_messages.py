@@ -1,6 +1,7 @@
 """Anthropic Messages, pure logic: a request's translation into chat's engine request
-(validation.messages_prompt, prepare_messages, prepare_count_tokens), the error types, and the
-answer and stream events built from engine results (edgeserve.messages)."""
+(api/anthropic_messages/translate.py: messages_prompt, prepare_messages, prepare_count_tokens),
+the error types, and the answer and stream events built from engine results
+(api/anthropic_messages/render.py)."""
 
 from __future__ import annotations
 
@@ -307,7 +308,9 @@ def test_stream_events_for_text_then_a_call_then_text():
         Content("after"),
     ]
     sent = events(stream.pieces(0, pieces, None))
-    sent += events(stream.finish(0, Finished(0, "stop", 9, cached_tokens=2), True, None, TokenUsage()))
+    sent += events(
+        stream.finish(0, Finished(0, "stop", 9, cached_tokens=2), True, None, TokenUsage())
+    )
     assert [kind for kind, _ in sent] == [
         "content_block_start",
         "content_block_delta",

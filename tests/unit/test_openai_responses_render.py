@@ -1,4 +1,4 @@
-"""edgeserve.responses_api: the Responses body and the stream's events, from answer pieces."""
+"""api/openai_responses/render.py: the Responses body and stream events, from answer pieces."""
 
 from __future__ import annotations
 
@@ -81,7 +81,11 @@ def test_call_body() -> None:
 
 def test_text_stream() -> None:
     stream = ResponsesRenderer(REQ)
-    frames = stream.start() + stream.pieces(0, [Content("Hel")], None) + stream.pieces(0, [Content("lo")], None)
+    frames = (
+        stream.start()
+        + stream.pieces(0, [Content("Hel")], None)
+        + stream.pieces(0, [Content("lo")], None)
+    )
     got = events(frames + stream.finish(0, Finished(0, "stop", 3), False, None, STREAM_USAGE))
     assert [e["type"] for e in got] == [
         "response.created",
@@ -109,7 +113,9 @@ def test_text_stream() -> None:
 
 def test_empty_cut_stream_has_an_empty_incomplete_message() -> None:
     stream = ResponsesRenderer(REQ)
-    got = events(stream.start() + stream.finish(0, Finished(0, "length", 3), False, None, STREAM_USAGE))
+    got = events(
+        stream.start() + stream.finish(0, Finished(0, "length", 3), False, None, STREAM_USAGE)
+    )
     assert [e["type"] for e in got][2:] == [
         "response.output_item.added",
         "response.content_part.added",
@@ -132,7 +138,11 @@ def test_text_then_calls_stream() -> None:
         CallStart(1, "b"),
         CallArguments(1, "{}"),
     ]
-    got = events(stream.start() + stream.pieces(0, pieces, None) + stream.finish(0, Finished(0, "stop", 3), False, None, STREAM_USAGE))
+    got = events(
+        stream.start()
+        + stream.pieces(0, pieces, None)
+        + stream.finish(0, Finished(0, "stop", 3), False, None, STREAM_USAGE)
+    )
     assert [e["type"] for e in got][2:] == [
         "response.output_item.added",
         "response.content_part.added",

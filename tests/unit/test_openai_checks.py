@@ -1,4 +1,4 @@
-"""edgeserve.validation for the OpenAI features beyond the reference: `tool_choice`,
+"""The checks (translate.py) for the OpenAI features beyond the reference: `tool_choice`,
 `response_format` and `logprobs` on chat, the legacy `POST /v1/completions`
 (parse_completion_request / prepare_completion, text and token-id prompts) and the tokenizer
 endpoints (parse_tokenize_request / prepare_tokenize, parse_detokenize_request).
@@ -500,9 +500,7 @@ def test_completion_work(
     body: dict[str, Any], prompts: list[str], n: int, params: SamplingParams, limits: Limits
 ) -> None:
     work = prepare_completion(parse_completion_request(body), limits)
-    assert work.requests == tuple(
-        GenerationRequest(prompt=p, params=params, n=n) for p in prompts
-    )
+    assert work.requests == tuple(GenerationRequest(prompt=p, params=params, n=n) for p in prompts)
 
 
 PROMPTS = [

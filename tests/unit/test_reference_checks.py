@@ -1,4 +1,5 @@
-"""edgeserve.validation: the reference's 4xx table, its precedence, and edgeserve's own 400s.
+"""The reference's checks (api/reference and each translate.py): its 4xx table, its precedence, and
+edgeserve's own 400s.
 
 Every table is one case per line: add a row to add a case.
 """
