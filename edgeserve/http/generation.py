@@ -28,7 +28,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from edgeserve.api.common.call import Call, deadline_errors
-from edgeserve.api.common.generation import (
+from edgeserve.api.common.generating_api import (
     Choices,
     Event,
     GenerationApi,

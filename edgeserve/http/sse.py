@@ -10,7 +10,7 @@ from types import TracebackType
 
 from aiohttp import web
 
-from edgeserve.api.common.render import ping_comment
+from edgeserve.api.common.openai_render import ping_comment
 from edgeserve.http.middlewares import prepare_stream_headers
 
 log = logging.getLogger("edgeserve.http")

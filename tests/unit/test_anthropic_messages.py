@@ -19,7 +19,7 @@ from edgeserve.api.anthropic_messages.translate import (
     prepare_messages,
 )
 from edgeserve.api.anthropic_messages.wire import CountTokensRequest, MessagesRequest
-from edgeserve.api.common.generation import TokenUsage
+from edgeserve.api.common.generating_api import TokenUsage
 from edgeserve.api.common.tool_calls import ToolCall
 from edgeserve.api.common.tool_stream import CallArguments, CallStart, Content
 from edgeserve.api.reference.limits import Limits

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from edgeserve.api.common.generation import TokenUsage
+from edgeserve.api.common.generating_api import TokenUsage
 from edgeserve.api.common.tool_calls import ToolCall
 from edgeserve.api.common.tool_stream import CallArguments, CallStart, Content
 from edgeserve.api.openai_responses.render import ResponsesRenderer, response_body, response_usage

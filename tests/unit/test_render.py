@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from edgeserve.api.common.render import ping_comment, sse_event, stream_error_event
+from edgeserve.api.common.openai_render import ping_comment, sse_event, stream_error_event
 from edgeserve.api.common.tool_stream import CallArguments, CallStart, Content
 from edgeserve.api.common.wire import Finish
 from edgeserve.api.models.render import models_body

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from edgeserve.api.common.logprobs import AlignedLogprob
-from edgeserve.api.common.render import new_tool_call_id
+from edgeserve.api.common.openai_render import new_tool_call_id
 from edgeserve.api.common.tool_calls import ToolCall
 from edgeserve.api.common.tool_stream import Content
 from edgeserve.api.openai_chat.render import chat_completion_body, piece_chunks

@@ -16,7 +16,7 @@ from edgeserve.api.anthropic_messages.wire import (
     TextBlock,
     ToolUseBlock,
 )
-from edgeserve.api.common.generation import ChoiceAnswer, TokenUsage
+from edgeserve.api.common.generating_api import ChoiceAnswer, TokenUsage
 from edgeserve.api.common.logprobs import AlignedLogprob, LogprobAligner
 from edgeserve.api.common.tool_calls import ToolCall
 from edgeserve.api.common.tool_stream import CallStart, Content, Piece

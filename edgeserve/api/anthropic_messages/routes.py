@@ -22,7 +22,7 @@ from edgeserve.api.anthropic_messages.translate import (
 )
 from edgeserve.api.anthropic_messages.wire import MessagesRequest
 from edgeserve.api.common.call import Call, Route
-from edgeserve.api.common.generation import GenerationWork, TokenUsage
+from edgeserve.api.common.generating_api import GenerationWork, TokenUsage
 from edgeserve.api.reference.engine_errors import engine_error
 from edgeserve.api.reference.errors import error_message
 from edgeserve.api.reference.limits import Limits

@@ -2,7 +2,7 @@
 log: no aiohttp here, so an API package never sees the web framework.
 
 An endpoint is either a `Unary` function (one engine call, one JSON answer) or a
-`GenerationApi` (see generation.py), mounted by a `Route`.
+`GenerationApi` (see generating_api.py), mounted by a `Route`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from edgeserve.engine.client import EngineClient
 from edgeserve.errors import EngineError
 
 if TYPE_CHECKING:
-    from edgeserve.api.common.generation import GenerationApi
+    from edgeserve.api.common.generating_api import GenerationApi
     from edgeserve.engine.client import Generation
 
 T = TypeVar("T")

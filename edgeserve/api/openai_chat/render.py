@@ -10,9 +10,9 @@ import time
 import uuid
 from collections.abc import Sequence
 
-from edgeserve.api.common.generation import ChoiceAnswer, TokenUsage
+from edgeserve.api.common.generating_api import ChoiceAnswer, TokenUsage
 from edgeserve.api.common.logprobs import AlignedLogprob, LogprobAligner
-from edgeserve.api.common.render import (
+from edgeserve.api.common.openai_render import (
     build_usage,
     new_tool_call_id,
     openai_stream_end,

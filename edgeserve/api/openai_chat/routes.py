@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgeserve.api.common.call import Call, Route
-from edgeserve.api.common.generation import GenerationWork, TokenUsage
+from edgeserve.api.common.generating_api import GenerationWork, TokenUsage
 from edgeserve.api.openai_chat.render import ChatRenderer
 from edgeserve.api.openai_chat.translate import parse_chat_request, prepare_chat, tool_calls_wanted
 from edgeserve.api.openai_chat.wire import ChatCompletionRequest

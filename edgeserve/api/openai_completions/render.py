@@ -6,9 +6,9 @@ import time
 import uuid
 from collections.abc import Sequence
 
-from edgeserve.api.common.generation import ChoiceAnswer, TokenUsage
+from edgeserve.api.common.generating_api import ChoiceAnswer, TokenUsage
 from edgeserve.api.common.logprobs import AlignedLogprob, LogprobAligner
-from edgeserve.api.common.render import (
+from edgeserve.api.common.openai_render import (
     build_usage,
     openai_stream_end,
     openai_stream_failure,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgeserve.api.common.call import Call, Route
-from edgeserve.api.common.generation import TokenUsage
+from edgeserve.api.common.generating_api import TokenUsage
 from edgeserve.api.common.logprobs import AlignedLogprob, prompt_entries
 from edgeserve.api.openai_completions.render import CompletionsRenderer
 from edgeserve.api.openai_completions.translate import (

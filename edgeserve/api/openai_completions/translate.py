@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from edgeserve import errors
-from edgeserve.api.common.generation import GenerationWork
+from edgeserve.api.common.generating_api import GenerationWork
 from edgeserve.api.common.sampling import MAX_TOP_LOGPROBS, check_range, sampling_params
 from edgeserve.api.openai_completions.wire import CompletionRequest
 from edgeserve.api.reference.detail import Detail

@@ -17,9 +17,13 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from edgeserve.api.common.generation import ChoiceAnswer, TokenUsage
+from edgeserve.api.common.generating_api import ChoiceAnswer, TokenUsage
 from edgeserve.api.common.logprobs import AlignedLogprob, LogprobAligner
-from edgeserve.api.common.render import new_tool_call_id, stream_error_event, wire_finish_reason
+from edgeserve.api.common.openai_render import (
+    new_tool_call_id,
+    stream_error_event,
+    wire_finish_reason,
+)
 from edgeserve.api.common.tool_calls import ToolCall
 from edgeserve.api.common.tool_stream import CallArguments, CallStart, Content, Piece
 from edgeserve.api.common.wire import Finish

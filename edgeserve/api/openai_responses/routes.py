@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgeserve.api.common.call import Call, Route
-from edgeserve.api.common.generation import GenerationWork, TokenUsage
+from edgeserve.api.common.generating_api import GenerationWork, TokenUsage
 from edgeserve.api.openai_chat.translate import tool_calls_wanted
 from edgeserve.api.openai_responses.render import ResponsesRenderer
 from edgeserve.api.openai_responses.translate import parse_responses_request, prepare_responses
