@@ -196,7 +196,7 @@ class Choices:
         return events
 
     def _peek(self, index: int) -> list[AlignedLogprob] | None:
-        return self._unsent[index] if self._logprobs else None
+        return list(self._unsent[index]) if self._logprobs else None
 
     def _take(self, index: int) -> list[AlignedLogprob] | None:
         entries = self._peek(index)
