@@ -308,7 +308,7 @@ class Bench:
         """One llama-bench tg run at the depth of the bench prompts."""
         depth = int(self.results["config"]["prompt_tokens"] or 0)
         tg = llama_bench_tg(self.setup, self.args.tokens, depth, 1 if self.args.quick else 2)
-        print(f"  {'llama-bench':17} c=1 round {rnd}: {tg['tps']:7.1f} tok/s tg{tg['tokens']}")
+        print(f"  {'llama-bench':18} c=1 round {rnd}: {tg['tps']:7.1f} tok/s tg{tg['tokens']}")
         return tg | {"round": rnd}
 
     async def one_run(self, server: Server, c: int, rnd: int, temperature: float) -> dict[str, Any]:
@@ -321,7 +321,7 @@ class Bench:
         res.server_cpu_s = server.cpu() - cpu0
         mode = f"T={temperature:g}" if temperature else "greedy"
         print(
-            f"  {server.kind:17} c={c} round {rnd} {mode:6}: {res.aggregate_tps:7.1f} tok/s "
+            f"  {server.kind:18} c={c} round {rnd} {mode:6}: {res.aggregate_tps:7.1f} tok/s "
             f"aggregate, "
             f"TTFT p50 {res.ttft_p50_ms or 0:6.0f} ms, {res.short} cut short"
             + (f", {res.errors[0]}" if res.errors else ""),

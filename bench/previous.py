@@ -101,6 +101,14 @@ class Figure:
         return asdict(self) | {"ratio": self.ratio, "regressed": self.regressed()}
 
 
+def short(revision: str, width: int = 60) -> str:
+    """A baseline's "<sha> <subject>" in a line: 12 digits of the sha, the subject cut."""
+    sha, _, subject = revision.partition(" ")
+    if len(subject) > width:
+        subject = subject[: width - 3].rstrip() + "..."
+    return f"{sha[:12]} {subject}".strip()
+
+
 class Versus:
     """Collects the figures compared with the baseline while the report is written."""
 
@@ -109,10 +117,12 @@ class Versus:
         self.figures: list[Figure] = []
 
     def ratio(self, figure: Figure) -> str | None:
-        """Record `figure`; its ratio for the "vs previous" column (None without a baseline)."""
+        """Record `figure` when both servers measured it; its ratio for the "vs previous"
+        column (None without a baseline)."""
         if not self.active:
             return None
-        self.figures.append(figure)
+        if figure.ours is not None and figure.base is not None:
+            self.figures.append(figure)
         return figure.ratio
 
     def note(self, figure: Figure) -> str:
@@ -129,7 +139,7 @@ class Versus:
         if not self.active:
             return []
         found = self.regressions()
-        against = f"edgeserve-baseline {revision}" if revision else "edgeserve-baseline"
+        against = f"edgeserve-baseline {short(revision)}" if revision else "edgeserve-baseline"
         if not found:
             return [
                 f"Regressions vs previous ({against}): none beyond the noise "

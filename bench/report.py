@@ -88,7 +88,7 @@ SHORT_NAMES = {
 
 
 def run_values(
-    runs: list[dict[str, Any]], server: str, c: int, key: str, temperature: float = 0.0
+    runs: list[dict[str, Any]], server: str, c: int, key: str, temperature: float | None = 0.0
 ) -> list[float]:
     """The values of `key` over the alternated rounds of `server` at `c` and `temperature`."""
     values = [
@@ -102,7 +102,7 @@ def run_values(
 
 
 def median_runs(
-    runs: list[dict[str, Any]], server: str, c: int, key: str, temperature: float = 0.0
+    runs: list[dict[str, Any]], server: str, c: int, key: str, temperature: float | None = 0.0
 ) -> float | None:
     """Median over the alternated rounds at `temperature` (0: greedy), a sum for counts of
     cut-short streams."""
@@ -112,10 +112,11 @@ def median_runs(
     return float(sum(values)) if key == "short" else float(statistics.median(values))
 
 
-def _run_key(results: dict[str, Any], key: str) -> tuple[str, float]:
-    """The run field and temperature of a summary key ("sampled_…": the sampled runs)."""
+def _run_key(results: dict[str, Any], key: str) -> tuple[str, float | None]:
+    """The run field and temperature of a summary key ("sampled_…": the sampled runs; None
+    when there were none, with --sampled-temperature 0)."""
     if key.startswith("sampled_"):
-        return key.removeprefix("sampled_"), results["config"].get("sampled_temperature") or 0.0
+        return key.removeprefix("sampled_"), results["config"].get("sampled_temperature") or None
     return key, 0.0
 
 

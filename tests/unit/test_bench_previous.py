@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.previous import NOISE, Figure, Versus, rounds_noise, spread
+from bench.previous import NOISE, Figure, Versus, rounds_noise, short, spread
 
 
 def test_spread_is_the_range_over_the_median():
@@ -99,3 +99,17 @@ def test_versus_text_lists_the_regressions_or_says_none():
     assert text[0].startswith("Regressions vs previous (edgeserve-baseline): 1 of 2 figures")
     assert text[1:] == ["  slower: 50.0 vs 100.0, 50.0% worse (noise 5.0%)"]
     assert [f.label for f in versus.regressions()] == ["slower"]
+
+
+def test_figures_one_server_did_not_measure_are_not_counted():
+    versus = Versus(active=True)
+    assert versus.ratio(Figure("only ours", 1.0, None, True)) == "-"
+    assert versus.figures == []
+
+
+def test_short_revision_keeps_twelve_digits_and_a_cut_subject():
+    sha = "1045ed8e5a66eb6ff94e4e1ab4d305b43e4585f4"
+    assert short(f"{sha} Fix it") == "1045ed8e5a66 Fix it"
+    cut = short(f"{sha} {'word ' * 30}", width=20)
+    assert cut == "1045ed8e5a66 word word word wo..."
+    assert short(sha) == "1045ed8e5a66"

@@ -132,3 +132,15 @@ def test_targets_judge_edgeserve_not_its_baseline():
     assert checks["RSS flat over the 12-request soak (growth <= 16 MiB)"] is True
     assert checks["idle CPU after a disconnect <= 2%"] is True
     assert checks["scoring >= 2x the Llama loop"] is True
+
+
+def test_without_sampled_runs_the_sampled_rows_stay_empty():
+    data = results()
+    data["config"]["sampled_temperature"] = 0.0
+    data["runs"] = [r for r in data["runs"] if r["temperature"] == 0.0]
+    data["summary"] = report.summarize(data)
+    lines = lines_of(data)
+    assert row(lines, "concurrency 4", "sampled aggregate tok/s") == ["-", "-", "-", "-", "-"]
+    labels = {f.label for f in report.versus_previous(data)}
+    assert "c=4 sampled aggregate tok/s" not in labels
+    assert "c=4 aggregate tok/s" in labels
