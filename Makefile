@@ -158,6 +158,13 @@ clean: ## remove the venv, build/ and dist/ (the wheel cache and models stay)
 # llama.cpp vendored in the llama-cpp-python sdist (same flags as the wheel's CPU build) into
 # LLAMACPP_DIR; llama_cpp.server and the bench itself run in BENCH_VENV (the same wheel as
 # .venv plus its [server] extras, aiohttp and matplotlib), so .venv is left as it is.
+# BASELINE: the previous edgeserve the bench runs beside this one ("vs previous", "Regressions"):
+# auto (the newest commit of main that is an ancestor of HEAD and whose edgeserve/ or
+# pyproject.toml differs from this tree's; see bench/baseline.py), a git revision (BASELINE=main,
+# BASELINE=HEAD~1), or none. Built once per revision into BASELINE_DIR/<sha>/ (git archive, and
+# a venv with .venv's cached llama-cpp-python wheel and `pip install -e .`).
+BASELINE ?= auto
+BASELINE_DIR ?= $(HOME)/.cache/edgeserve/baseline
 LLAMACPP_DIR ?= $(HOME)/.cache/edgeserve/llamacpp
 BENCH_VENV ?= $(HOME)/.cache/edgeserve/bench-venv
 BENCH_PY := $(BENCH_VENV)/bin/python
@@ -166,9 +173,11 @@ ARGS ?=
 
 .PHONY: bench bench-quick
 
-bench: install model $(LLAMACPP_DIR)/.built-$(LLAMACPP_KEY) $(BENCH_VENV)/.installed-$(LLAMA_KEY) ## edgeserve vs llama-server, llama-bench, llama_cpp.server (ARGS=--quick …)
+bench: install model $(LLAMACPP_DIR)/.built-$(LLAMACPP_KEY) $(BENCH_VENV)/.installed-$(LLAMA_KEY) ## edgeserve vs its previous version (BASELINE=auto|<rev>|none), llama-server, llama-bench, llama_cpp.server (ARGS=--quick …)
+	baseline=$$($(PY) -m bench.baseline --rev "$(BASELINE)" --dir $(BASELINE_DIR) \
+		--wheels $(LLAMA_WHEELS) --python $(PYTHON)) && \
 	$(BENCH_PY) -m bench --model $(MODEL) --edgeserve $(VENV)/bin/edgeserve \
-		--llamacpp-bin $(LLAMACPP_DIR)/build/bin $(ARGS)
+		--llamacpp-bin $(LLAMACPP_DIR)/build/bin $${baseline:+--baseline "$$baseline"} $(ARGS)
 
 bench-quick: ## make bench ARGS=--quick: the same comparison in a minute or two
 	$(MAKE) bench ARGS="--quick $(ARGS)"

@@ -1,13 +1,17 @@
-"""`make bench`: edgeserve side by side with llama-server, llama-bench and llama_cpp.server.
+"""`make bench`: edgeserve side by side with its previous version and llama-server, llama-bench
+and llama_cpp.server.
 
     python -m bench [--quick] [--concurrency 1,4,8] [--servers edgeserve,llama-server,...]
+                    [--baseline PATH/TO/previous/.venv/bin/edgeserve]
 
 For each concurrency N, the servers start together (`--parallel N`, same model, threads and
 context) and take turns under the same streaming load, the order rotating every round so that
 machine drift cancels (at N=1 llama-bench takes its turn too); then they stop. At N=1 the
 multi-turn chat case and the scoring comparison run as well; after the levels, edgeserve's
 embeddings against a llama-server of its own with `--embeddings`; at the highest N, edgeserve takes
-the abuse case (bench/abuse.py) and a memory soak of short mixed requests. Prints the table and the
+the abuse case (bench/abuse.py) and a memory soak of short mixed requests. With --baseline, the
+previous edgeserve (`edgeserve-baseline`) runs every one of edgeserve's workloads beside it, and
+the report compares the two ("vs previous", "Regressions"). Prints the table and the
 PRODUCT.md section 7 targets; writes bench/results/bench-<time>.json and .png.
 """
 
@@ -22,10 +26,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import abuse, embeddings, grounded, load, report, scoring, soak, structured
+from bench import abuse, baseline, embeddings, grounded, load, report, scoring, soak, structured
 from bench.anchors import (
     ALL_SERVERS,
     EDGESERVE,
+    EDGESERVE_BASELINE,
+    EDGESERVES,
     LCP_SERVER,
     LLAMA_SERVER,
     Server,
@@ -49,7 +55,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=physical_cores())
     p.add_argument("--ctx-size", type=int, default=4096, help="KV cells, as edgeserve's default")
     p.add_argument("--concurrency", default="1,4,8", help="comma-separated stream counts")
-    p.add_argument("--servers", default=",".join(ALL_SERVERS), help="comma-separated subset")
+    p.add_argument(
+        "--servers",
+        help=f"comma-separated subset of {','.join(ALL_SERVERS)} [all; {EDGESERVE_BASELINE} "
+        f"comes with {EDGESERVE} whenever --baseline is given]",
+    )
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        help="the previous edgeserve's executable (make bench BASELINE=<rev> builds it): "
+        f"{EDGESERVE_BASELINE} runs every workload {EDGESERVE} runs",
+    )
     p.add_argument("--tokens", type=int, help="max_tokens per request [128; quick 32]")
     p.add_argument("--requests", type=int, help="requests per stream per round [2; quick 1]")
     p.add_argument("--rounds", type=int, help="alternated rounds [3; quick 2]")
@@ -93,12 +109,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name, (full, quick) in sizes.items():
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
-    unknown = set(args.servers.split(",")) - set(ALL_SERVERS)
-    if unknown:
-        p.error(f"unknown server(s) {', '.join(sorted(unknown))}; choose from {ALL_SERVERS}")
+    try:
+        args.servers = ",".join(chosen_servers(args.servers, args.baseline))
+    except ValueError as exc:
+        p.error(str(exc))
+    if args.baseline is not None and not os.access(args.baseline, os.X_OK):
+        p.error(f"--baseline {args.baseline} is not an executable (make bench BASELINE=<rev>)")
     if not args.model.is_file():
         p.error(f"no model at {args.model} (make model installs the default one)")
     return args
+
+
+def chosen_servers(servers: str | None, baseline_path: Path | None) -> list[str]:
+    """The servers to run, in ALL_SERVERS order, from --servers (None: all of them) and
+    --baseline: the baseline runs wherever edgeserve does when it is given, never without it."""
+    wanted = set(servers.split(",")) if servers else set(ALL_SERVERS) - {EDGESERVE_BASELINE}
+    unknown = wanted - set(ALL_SERVERS)
+    if unknown:
+        raise ValueError(
+            f"unknown server(s) {', '.join(sorted(unknown))}; choose from {ALL_SERVERS}"
+        )
+    if baseline_path is None and EDGESERVE_BASELINE in wanted:
+        raise ValueError(f"{EDGESERVE_BASELINE} needs --baseline (make bench BASELINE=<rev>)")
+    if baseline_path is not None and EDGESERVE in wanted:
+        wanted.add(EDGESERVE_BASELINE)
+    return [kind for kind in ALL_SERVERS if kind in wanted]
 
 
 class Bench:
@@ -115,6 +150,7 @@ class Bench:
             edgeserve=args.edgeserve,
             llamacpp_bin=args.llamacpp_bin.expanduser(),
             lcp_python=args.lcp_python,
+            baseline=args.baseline,
             logs=args.out / "logs",
         )
         self.results: dict[str, Any] = {
@@ -132,6 +168,12 @@ class Bench:
                 "prompt_tokens": None,
                 "quick": args.quick,
                 "sampled_temperature": args.sampled_temperature,
+                "baseline": None
+                if args.baseline is None
+                else {
+                    "edgeserve": str(args.baseline),
+                    "revision": baseline.describe(args.baseline),
+                },
             },
             "machine": machine_info(),
             "runs": [],
@@ -168,7 +210,7 @@ class Bench:
                 raise RuntimeError(f"{server.kind} warm-up failed: {warm.error}")
             if warm.prompt_tokens and server.kind != LCP_SERVER:
                 self.results["config"]["prompt_tokens"] = warm.prompt_tokens
-            server.loaded_rss = server.rss().get("VmRSS", 0)
+            server.loaded_rss = server.rss_now()
         idle_cpu = await idle_cpu_pct(running)
         entries: list[Server | None] = list(running)
         if c == 1 and self.with_llama_bench:
@@ -266,7 +308,7 @@ class Bench:
         """One llama-bench tg run at the depth of the bench prompts."""
         depth = int(self.results["config"]["prompt_tokens"] or 0)
         tg = llama_bench_tg(self.setup, self.args.tokens, depth, 1 if self.args.quick else 2)
-        print(f"  {'llama-bench':17} c=1 round {rnd}: {tg['tps']:7.1f} tok/s tg{tg['tokens']}")
+        print(f"  {'llama-bench':18} c=1 round {rnd}: {tg['tps']:7.1f} tok/s tg{tg['tokens']}")
         return tg | {"round": rnd}
 
     async def one_run(self, server: Server, c: int, rnd: int, temperature: float) -> dict[str, Any]:
@@ -279,7 +321,7 @@ class Bench:
         res.server_cpu_s = server.cpu() - cpu0
         mode = f"T={temperature:g}" if temperature else "greedy"
         print(
-            f"  {server.kind:17} c={c} round {rnd} {mode:6}: {res.aggregate_tps:7.1f} tok/s "
+            f"  {server.kind:18} c={c} round {rnd} {mode:6}: {res.aggregate_tps:7.1f} tok/s "
             f"aggregate, "
             f"TTFT p50 {res.ttft_p50_ms or 0:6.0f} ms, {res.short} cut short"
             + (f", {res.errors[0]}" if res.errors else ""),
@@ -288,15 +330,15 @@ class Bench:
         return res.to_json() | {"round": rnd, "temperature": temperature}
 
     async def soak(self, running: list[Server], c: int) -> None:
-        """edgeserve's resident memory over --soak-requests short mixed requests."""
-        es = next((s for s in running if s.kind == EDGESERVE), None)
-        if es is None or self.args.soak_requests <= 0:
+        """Each edgeserve's resident memory over --soak-requests short mixed requests, one
+        edgeserve after the other."""
+        if self.args.soak_requests <= 0:
             return
-        print(f"  soak: {self.args.soak_requests} mixed requests, {c} at a time ...", flush=True)
-        result = await soak.soak(
-            es.url, self.args.soak_requests, c, lambda: es.rss().get("VmRSS", 0)
-        )
-        self.results["soak"] = result | {"concurrency": c}
+        for es in edgeserves(running):
+            print(f"  soak {es.kind}: {self.args.soak_requests} mixed requests, {c} at a time ...",
+                  flush=True)  # fmt: skip
+            result = await soak.soak(es.url, self.args.soak_requests, c, es.rss_now)
+            self.results.setdefault("soak", {})[es.kind] = result | {"concurrency": c}
 
     async def multi_turn(self, running: list[Server]) -> None:
         """At --parallel 1: two-turn chats, alternating servers."""
@@ -315,20 +357,21 @@ class Bench:
             self.results["multi_turn"][kind] = load.summarize_turns(kind, done).to_json()
 
     async def scoring(self, running: list[Server]) -> None:
-        """At --parallel 1: edgeserve's scoring endpoint against a Llama(logits_all) loop."""
+        """At --parallel 1: the edgeserves' scoring endpoint against a Llama(logits_all) loop."""
         a = self.args
-        es = next((s for s in running if s.kind == EDGESERVE), None)
-        if es is not None and not a.no_scoring:
-            print(f"  scoring: {a.score_texts} texts, edgeserve vs a Llama loop ...", flush=True)
+        pair = [(s.kind, s.url) for s in edgeserves(running)]
+        if pair and not a.no_scoring:
+            names = ", ".join(kind for kind, _ in pair)
+            print(f"  scoring: {a.score_texts} texts, {names} vs a Llama loop ...", flush=True)
             await self.wait_quiet(running)
             self.results["scoring"] = await scoring.compare(
-                es.url, self.setup.model, self.setup.threads, a.score_texts, 96
+                pair, self.setup.model, self.setup.threads, a.score_texts, 96
             )
 
     async def structured_output(self, running: list[Server]) -> None:
-        """At --parallel 1: json_schema answers at temperature 1, edgeserve and llama-server
+        """At --parallel 1: json_schema answers at temperature 1, the edgeserves and llama-server
         taking turns, and the native cost of a refused token (bench/structured.py)."""
-        pair = [(s.kind, s.url) for s in running if s.kind in (EDGESERVE, LLAMA_SERVER)]
+        pair = [(s.kind, s.url) for s in running if s.kind in (*EDGESERVES, LLAMA_SERVER)]
         if self.args.structured <= 0 or not pair:
             return
         print(f"  structured: {self.args.structured} json_schema answers per server ...")
@@ -338,13 +381,13 @@ class Bench:
         self.results["structured"] = result
 
     async def embeddings(self, servers: Servers) -> None:
-        """edgeserve's /v1/embeddings and llama-server's (--embeddings, mean pooling) on the
-        same batch of short texts, taking turns (bench/embeddings.py)."""
+        """The edgeserves' /v1/embeddings and llama-server's (--embeddings, mean pooling) on
+        the same batch of short texts, taking turns (bench/embeddings.py)."""
         a = self.args
         if a.embed_texts <= 0 or EDGESERVE not in self.kinds:
             return
         print(f"embeddings: batches of {a.embed_texts} short texts ...", flush=True)
-        running = [servers.start(EDGESERVE, 4)]
+        running = [servers.start(kind, 4) for kind in self.kinds if kind in EDGESERVES]
         if LLAMA_SERVER in self.kinds:
             running.append(servers.start(LLAMA_SERVER, 4, embeddings.LLAMA_SERVER_ARGS))
         await asyncio.gather(*(servers.wait_ready(s) for s in running))
@@ -355,19 +398,20 @@ class Bench:
             servers.stop(server)
 
     async def grounded(self, servers: Servers, c: int) -> None:
-        """The grounded workload at concurrency `c` (bench/grounded.py): edgeserve with and
-        without speculation, llama-server without it and with its ngram variants."""
+        """The grounded workload at concurrency `c` (bench/grounded.py): the edgeserves with
+        and without speculation, llama-server without it and with its ngram variants."""
         a = self.args
         if a.grounded_rounds <= 0 or EDGESERVE not in self.kinds:
             return
-        variants = dict(grounded.EDGESERVE_SPEC)
+        variants: dict[str, tuple[str, ...]] = {}
+        for kind in self.kinds:
+            if kind in EDGESERVES:
+                variants |= grounded.edgeserve_spec(kind)
         if LLAMA_SERVER in self.kinds:
             variants |= grounded.LLAMA_SERVER_SPEC
         print(f"grounded workload at c={c}: {', '.join(variants)} ...", flush=True)
         running = {
-            label: servers.start(
-                EDGESERVE if label.startswith(EDGESERVE) else LLAMA_SERVER, c, extra
-            )
+            label: servers.start(grounded.kind_of(label), c, extra)
             for label, extra in variants.items()
         }
         await asyncio.gather(*(servers.wait_ready(s) for s in running.values()))
@@ -375,21 +419,26 @@ class Bench:
         pairs = [(label, s.url) for label, s in running.items()]
         result = await grounded.level(pairs, c, a.grounded_rounds)
         for label in variants:
-            spec_off = "edgeserve no-spec" if label.startswith(EDGESERVE) else LLAMA_SERVER
-            result[label]["differ_from_no_spec"] = grounded.differing(result, label, spec_off)
+            result[label]["differ_from_no_spec"] = grounded.differing(
+                result, label, grounded.no_spec(grounded.kind_of(label))
+            )
         self.results.setdefault("grounded", {})[str(c)] = result
         for server in running.values():
             servers.stop(server)
 
     async def misbehaving_clients(self, running: list[Server]) -> None:
-        """At the highest concurrency: idle CPU after a disconnect, a stream's longest gap
-        while three hostile requests run beside it (bench/abuse.py)."""
-        es = next((s for s in running if s.kind == EDGESERVE), None)
-        if es is None:
-            return
-        print("  abuse: a disconnect, then hostile requests beside a stream ...", flush=True)
-        await self.wait_quiet(running)
-        self.results["abuse"] = await abuse.abuse(es.url, es.cpu)
+        """At the highest concurrency, each edgeserve in turn: idle CPU after a disconnect, a
+        stream's longest gap while three hostile requests run beside it (bench/abuse.py)."""
+        for es in edgeserves(running):
+            print(f"  abuse {es.kind}: a disconnect, then hostile requests beside a stream ...",
+                  flush=True)  # fmt: skip
+            await self.wait_quiet(running)
+            self.results.setdefault("abuse", {})[es.kind] = await abuse.abuse(es.url, es.cpu)
+
+
+def edgeserves(running: list[Server]) -> list[Server]:
+    """The running edgeserve and its baseline (when it runs), in that order."""
+    return [s for s in running if s.kind in EDGESERVES]
 
 
 class CpuMeter:
@@ -460,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     checks = report.targets(results)
     results["targets"] = [{"target": w, "met": ok, "evidence": e} for w, ok, e in checks]
+    results["vs_previous"] = [f.to_json() for f in report.versus_previous(results)]
     stem = "bench-" + time.strftime("%Y%m%d-%H%M%S") + ("-quick" if args.quick else "")
     json_path, png_path = args.out / f"{stem}.json", args.out / f"{stem}.png"
     report.write_json(results, json_path)

@@ -1,6 +1,8 @@
 """The servers under test: edgeserve and its anchors, started and stopped as child processes.
 
 - `edgeserve`: `.venv/bin/edgeserve serve …` (this checkout);
+- `edgeserve-baseline`: the previous edgeserve (`--baseline`, built by `bench.baseline`), started
+  exactly like `edgeserve`, so that a figure that gets worse shows beside the anchors;
 - `llama-server`: llama.cpp's own server (built by `bench.build`), continuous batching with
   `--parallel N` slots over one unified KV cache of `--ctx-size` cells, flash attention off;
 - `llama_cpp.server`: llama-cpp-python's server (`python -m llama_cpp.server`) from the bench's
@@ -30,9 +32,12 @@ from types import TracebackType
 import aiohttp
 
 EDGESERVE = "edgeserve"
+EDGESERVE_BASELINE = "edgeserve-baseline"
 LLAMA_SERVER = "llama-server"
 LCP_SERVER = "llama_cpp.server"
-ALL_SERVERS = (EDGESERVE, LLAMA_SERVER, LCP_SERVER)
+ALL_SERVERS = (EDGESERVE, EDGESERVE_BASELINE, LLAMA_SERVER, LCP_SERVER)
+# The edgeserves: every workload that edgeserve runs, its baseline runs too.
+EDGESERVES = (EDGESERVE, EDGESERVE_BASELINE)
 HOST = "127.0.0.1"
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -50,6 +55,7 @@ class Setup:
     llamacpp_bin: Path
     lcp_python: Path
     logs: Path
+    baseline: Path | None = None
 
 
 def command(
@@ -62,8 +68,11 @@ def command(
 
 def _base_command(kind: str, setup: Setup, port: int, parallel: int) -> list[str]:
     model, threads, ctx = str(setup.model), str(setup.threads), str(setup.ctx_size)
-    if kind == EDGESERVE:
-        return [str(setup.edgeserve), "serve", "--model", model, "--host", HOST,
+    if kind in EDGESERVES:
+        binary = setup.edgeserve if kind == EDGESERVE else setup.baseline
+        if binary is None:
+            raise ValueError(f"{kind} needs --baseline")
+        return [str(binary), "serve", "--model", model, "--host", HOST,
                 "--port", str(port), "--threads", threads, "--parallel", str(parallel),
                 "--ctx-size", ctx, "--log-level", "warning"]  # fmt: skip
     if kind == LLAMA_SERVER:
@@ -149,6 +158,10 @@ class Server:
     def rss(self) -> dict[str, int]:
         """Current (VmRSS) and peak (VmHWM) resident memory in bytes."""
         return proc_status(self.proc.pid)
+
+    def rss_now(self) -> int:
+        """Current resident memory (VmRSS) in bytes, 0 when the process is gone."""
+        return self.rss().get("VmRSS", 0)
 
     def cpu(self) -> float:
         """CPU seconds used so far."""

@@ -3,7 +3,8 @@
 Copying, quoting, extracting and light rewriting repeat long stretches of the prompt, which is
 what n-gram speculation drafts from. Each prompt below carries a passage and asks for such an
 answer; every server answers each prompt greedily (`temperature` 0, 128 tokens at most),
-streamed, taking turns. At c=1 one request runs at a time; at c=4 the four prompts run side by
+streamed, taking turns (edgeserve's baseline, when the bench has one, with and without
+speculation like edgeserve). At c=1 one request runs at a time; at c=4 the four prompts run side by
 side. Reported per server: decode tokens/s (completion tokens after the first over the time
 after the first token; at c=4 all streams' tokens over the wall time), and how many answers
 differ from the same server's answers without speculation (greedy answers can change at
@@ -20,6 +21,8 @@ import time
 from typing import Any
 
 import aiohttp
+
+from bench.anchors import LLAMA_SERVER
 
 PASSAGE_HARBOUR = (
     "The lighthouse at the end of the harbour was built in 1852 from granite quarried on the "
@@ -58,7 +61,23 @@ LLAMA_SERVER_SPEC = {
     "llama-server ngram-simple": ("--spec-type", "ngram-simple"),
     "llama-server ngram-mod": ("--spec-type", "ngram-mod"),
 }
-EDGESERVE_SPEC = {"edgeserve": (), "edgeserve no-spec": ("--draft-max", "0")}
+NO_SPEC = "no-spec"
+
+
+def edgeserve_spec(kind: str) -> dict[str, tuple[str, ...]]:
+    """An edgeserve's variants (`kind`: edgeserve or its baseline): as it is, and without
+    speculation."""
+    return {kind: (), no_spec(kind): ("--draft-max", "0")}
+
+
+def no_spec(kind: str) -> str:
+    """The label of `kind`'s variant without speculation (llama-server's is plain)."""
+    return kind if kind == LLAMA_SERVER else f"{kind} {NO_SPEC}"
+
+
+def kind_of(label: str) -> str:
+    """The server kind of a variant's label ("edgeserve-baseline no-spec": edgeserve-baseline)."""
+    return label.split(" ", 1)[0]
 
 
 def body(prompt: str) -> dict[str, Any]:
@@ -101,8 +120,8 @@ async def stream(http: aiohttp.ClientSession, url: str, prompt: str) -> dict[str
 
 async def level(servers: list[tuple[str, str]], concurrency: int, rounds: int) -> dict[str, Any]:
     """Every server answers every prompt `rounds` times, taking turns; `concurrency` prompts
-    at once. Per server: median decode tokens/s per prompt (c=1) or aggregate (c>1), and
-    the answers of the last round."""
+    at once. Per server: median decode tokens/s per prompt (c=1) or aggregate (c>1), the
+    same per round, and the answers of the last round."""
     rates: dict[str, list[list[float]]] = {kind: [] for kind, _ in servers}
     texts: dict[str, list[str]] = {}
     timeout = aiohttp.ClientTimeout(total=900)
@@ -126,7 +145,11 @@ async def level(servers: list[tuple[str, str]], concurrency: int, rounds: int) -
     out: dict[str, Any] = {}
     for kind, per_round in rates.items():
         columns = list(zip(*per_round, strict=True))
-        out[kind] = {"tok_s": [statistics.median(c) for c in columns], "texts": texts[kind]}
+        out[kind] = {
+            "tok_s": [statistics.median(c) for c in columns],
+            "tok_s_rounds": per_round,
+            "texts": texts[kind],
+        }
     return out
 
 

@@ -1,4 +1,5 @@
-"""The bench's outputs: a table with the edgeserve/anchor ratios on stdout, the section 7
+"""The bench's outputs: a table with the edgeserve/anchor ratios and, with a baseline, the
+edgeserve/previous ratios and the regressions (bench/previous.py) on stdout, the section 7
 targets checked, a JSON file and a PNG chart in bench/results/."""
 
 from __future__ import annotations
@@ -6,38 +7,90 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from bench.anchors import ALL_SERVERS, EDGESERVE, LCP_SERVER, LLAMA_SERVER
+from bench.anchors import (
+    ALL_SERVERS,
+    EDGESERVE,
+    EDGESERVE_BASELINE,
+    EDGESERVES,
+    LCP_SERVER,
+    LLAMA_SERVER,
+)
+from bench.grounded import kind_of
+from bench.previous import NOISE, Figure, Versus, ratio, rounds_noise
 
 MIB = 1024 * 1024
 # "Flat" over the soak: what the allocator may keep of a burst, not a per-request leak.
 SOAK_SLACK_MIB = 16
-# (label, run field, format, higher is better)
+# More soak growth than the baseline's by up to this much is no regression.
+SOAK_GROWTH_FLOOR_MIB = 8.0
+
+
+class Row(NamedTuple):
+    """A line of the table: label, field, value format, whether higher is better (None:
+    neither), the scale from the field's unit, and for the regression rule the noise (None:
+    the rounds' spread, or NOISE without rounds; 0 for counts) and the absolute floor."""
+
+    label: str
+    key: str
+    spec: str
+    higher_is_better: bool | None
+    scale: float = 1.0
+    noise: float | None = None
+    floor: float = 0.0
+
+
 RUN_ROWS = (
-    ("aggregate tok/s", "aggregate_tps", "{:.1f}", True),
-    ("per-stream tok/s p50", "stream_tps_p50", "{:.1f}", True),
-    ("TTFT p50 ms", "ttft_p50_ms", "{:.0f}", False),
-    ("TTFT p95 ms", "ttft_p95_ms", "{:.0f}", False),
-    ("inter-token p50 ms", "itl_p50_ms", "{:.1f}", False),
-    ("inter-token p99 ms", "itl_p99_ms", "{:.1f}", False),
-    ("inter-token max ms", "itl_max_ms", "{:.0f}", False),
-    ("streams cut short", "short", "{:.0f}", False),
+    Row("aggregate tok/s", "aggregate_tps", "{:.1f}", True),
+    Row("per-stream tok/s p50", "stream_tps_p50", "{:.1f}", True),
+    Row("TTFT p50 ms", "ttft_p50_ms", "{:.0f}", False),
+    Row("TTFT p95 ms", "ttft_p95_ms", "{:.0f}", False),
+    Row("inter-token p50 ms", "itl_p50_ms", "{:.1f}", False),
+    Row("inter-token p99 ms", "itl_p99_ms", "{:.1f}", False),
+    Row("inter-token max ms", "itl_max_ms", "{:.0f}", False),
+    Row("streams cut short", "short", "{:.0f}", False, noise=0.0),
 )
 # The same load at the sampled temperature (each server's other sampling defaults).
 SAMPLED_ROWS = (
-    ("sampled aggregate tok/s", "sampled_aggregate_tps", "{:.1f}", True),
-    ("sampled per-stream tok/s p50", "sampled_stream_tps_p50", "{:.1f}", True),
-    ("sampled inter-token p99 ms", "sampled_itl_p99_ms", "{:.1f}", False),
+    Row("sampled aggregate tok/s", "sampled_aggregate_tps", "{:.1f}", True),
+    Row("sampled per-stream tok/s p50", "sampled_stream_tps_p50", "{:.1f}", True),
+    Row("sampled inter-token p99 ms", "sampled_itl_p99_ms", "{:.1f}", False),
 )
-SHORT_NAMES = {EDGESERVE: "edgeserve", LLAMA_SERVER: "llama-server", LCP_SERVER: "llama_cpp.srv"}
+MEMORY_ROWS = (
+    *(
+        Row(label, key, "{:.0f}", False, 1.0 / MIB)
+        for label, key in (
+            ("RSS loaded MiB", "rss_loaded"),
+            ("RSS peak MiB", "rss_peak"),
+            ("RSS idle after load MiB", "rss_idle"),
+            ("  of which anonymous MiB", "rss_idle_anon"),
+            ("  of which file-backed MiB", "rss_idle_file"),
+            ("RSS after multi-turn MiB", "rss_after_multi_turn"),
+            ("RSS after scoring MiB", "rss_after_scoring"),
+        )
+    ),
+    Row("idle CPU %", "idle_cpu_pct", "{:.0f}", False, floor=1.0),
+)
+MULTI_TURN_ROWS = (
+    Row("turn 1 TTFT p50 ms", "ttft1_p50_ms", "{:.0f}", False),
+    Row("turn 2 TTFT p50 ms", "ttft2_p50_ms", "{:.0f}", False),
+    Row("turn 2 prompt tokens", "prompt2_tokens", "{:.0f}", None),
+    Row("turn 2 cached tokens", "cached2_tokens", "{:.0f}", True),
+    Row("streams cut short", "short", "{:.0f}", False, noise=0.0),
+)
+SHORT_NAMES = {
+    EDGESERVE: "edgeserve",
+    EDGESERVE_BASELINE: "es-baseline",
+    LLAMA_SERVER: "llama-server",
+    LCP_SERVER: "llama_cpp.srv",
+}
 
 
-def median_runs(
-    runs: list[dict[str, Any]], server: str, c: int, key: str, temperature: float = 0.0
-) -> float | None:
-    """Median over the alternated rounds at `temperature` (0: greedy), a sum for counts of
-    cut-short streams."""
+def run_values(
+    runs: list[dict[str, Any]], server: str, c: int, key: str, temperature: float | None = 0.0
+) -> list[float]:
+    """The values of `key` over the alternated rounds of `server` at `c` and `temperature`."""
     values = [
         r[key]
         for r in runs
@@ -45,10 +98,26 @@ def median_runs(
         and r["concurrency"] == c
         and r.get("temperature", 0.0) == temperature
     ]
-    values = [v for v in values if v is not None]
+    return [float(v) for v in values if v is not None]
+
+
+def median_runs(
+    runs: list[dict[str, Any]], server: str, c: int, key: str, temperature: float | None = 0.0
+) -> float | None:
+    """Median over the alternated rounds at `temperature` (0: greedy), a sum for counts of
+    cut-short streams."""
+    values = run_values(runs, server, c, key, temperature)
     if not values:
         return None
     return float(sum(values)) if key == "short" else float(statistics.median(values))
+
+
+def _run_key(results: dict[str, Any], key: str) -> tuple[str, float | None]:
+    """The run field and temperature of a summary key ("sampled_…": the sampled runs; None
+    when there were none, with --sampled-temperature 0)."""
+    if key.startswith("sampled_"):
+        return key.removeprefix("sampled_"), results["config"].get("sampled_temperature") or None
+    return key, 0.0
 
 
 def summarize(results: dict[str, Any]) -> dict[str, Any]:
@@ -62,15 +131,13 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
             "runs": len(lb),
         }
     out: dict[str, Any] = {}
-    temperature = results["config"].get("sampled_temperature") or 0.0
     for c in results["config"]["concurrency"]:
         level: dict[str, Any] = {}
         for server in results["config"]["servers"]:
-            row = {key: median_runs(results["runs"], server, c, key) for _, key, _, _ in RUN_ROWS}
-            for _, key, _, _ in SAMPLED_ROWS:
-                row[key] = median_runs(
-                    results["runs"], server, c, key.removeprefix("sampled_"), temperature
-                )
+            row = {}
+            for spec in RUN_ROWS + SAMPLED_ROWS:
+                key, temperature = _run_key(results, spec.key)
+                row[spec.key] = median_runs(results["runs"], server, c, key, temperature)
             row.update(results["memory"].get(f"{server}@{c}", {}))
             level[server] = row
         out[str(c)] = level
@@ -81,19 +148,26 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else spec.format(value)
 
 
-def _ratio(a: float | None, b: float | None) -> str:
-    if a is None or b is None or b == 0:
-        return "-"
-    return f"{a / b:.2f}"
-
-
 def table(results: dict[str, Any]) -> str:
-    """The side-by-side table: one block per concurrency, ratios edgeserve/anchor."""
+    """The side-by-side table: one block per concurrency, ratios edgeserve/anchor and, with a
+    baseline, edgeserve/previous; then the other workloads and the regressions."""
+    return "\n".join(render(results)[0])
+
+
+def versus_previous(results: dict[str, Any]) -> list[Figure]:
+    """Every figure compared with the baseline ([] without one)."""
+    return render(results)[1]
+
+
+def render(results: dict[str, Any]) -> tuple[list[str], list[Figure]]:
+    """The table's lines and the figures compared with the baseline on the way."""
     cfg = results["config"]
     servers = [s for s in ALL_SERVERS if s in cfg["servers"]]
     anchors = [s for s in (LLAMA_SERVER, LCP_SERVER) if s in servers and EDGESERVE in servers]
+    versus = Versus(EDGESERVE in servers and EDGESERVE_BASELINE in servers)
     head = f"{'':29}" + "".join(f"{SHORT_NAMES[s]:>14}" for s in servers)
     head += "".join(f"{'es/' + SHORT_NAMES[a][:9]:>14}" for a in anchors)
+    head += f"{'vs previous':>14}" if versus.active else ""
     lines = [
         f"edgeserve bench: {Path(cfg['model']).name} ({cfg['model_mib']:.0f} MiB), "
         f"{cfg['threads']} threads, ctx {cfg['ctx_size']}, {cfg['max_tokens']} tokens/request, "
@@ -101,72 +175,138 @@ def table(results: dict[str, Any]) -> str:
         + (" (quick)" if cfg["quick"] else ""),
         head,
     ]
-    mem_rows = (
-        ("RSS loaded MiB", "rss_loaded"),
-        ("RSS peak MiB", "rss_peak"),
-        ("RSS idle after load MiB", "rss_idle"),
-        ("  of which anonymous MiB", "rss_idle_anon"),
-        ("  of which file-backed MiB", "rss_idle_file"),
-        ("RSS after multi-turn MiB", "rss_after_multi_turn"),
-        ("RSS after scoring MiB", "rss_after_scoring"),
-    )
+    tab = _Table(servers, anchors, versus)
     for c, level in results["summary"].items():
         lines.append(f"concurrency {c} (--parallel {c}, {cfg['requests'][c]} requests per round)")
-        rows = [(label, key, spec, 1.0) for label, key, spec, _ in RUN_ROWS + SAMPLED_ROWS]
-        rows += [(label, key, "{:.0f}", 1.0 / MIB) for label, key in mem_rows]
-        rows.append(("idle CPU %", "idle_cpu_pct", "{:.0f}", 1.0))
-        for label, key, spec, scale in rows:
-            vals = {s: _scaled(level[s].get(key), scale) for s in servers}
-            lines.append(_row(label, vals, spec, servers, anchors))
-    if results.get("multi_turn"):
+        for row in RUN_ROWS + SAMPLED_ROWS + MEMORY_ROWS:
+            noise = row.noise
+            if noise is None and row in RUN_ROWS + SAMPLED_ROWS:
+                key, temperature = _run_key(results, row.key)
+                noise = rounds_noise(
+                    *(run_values(results["runs"], s, int(c), key, temperature) for s in EDGESERVES)
+                )
+            values = {s: level[s].get(row.key) for s in servers}
+            lines.append(tab.row(row, values, f"c={c} ", noise))
+    mt = results.get("multi_turn")
+    if mt:
         lines.append("multi-turn chat (--parallel 1; turn 2 re-sends turn 1 and its answer)")
-        mt = results["multi_turn"]
-        for label, key, spec in (
-            ("turn 1 TTFT p50 ms", "ttft1_p50_ms", "{:.0f}"),
-            ("turn 2 TTFT p50 ms", "ttft2_p50_ms", "{:.0f}"),
-            ("turn 2 prompt tokens", "prompt2_tokens", "{:.0f}"),
-            ("turn 2 cached tokens", "cached2_tokens", "{:.0f}"),
-            ("streams cut short", "short", "{:.0f}"),
-        ):
-            vals = {s: mt[s].get(key) if s in mt else None for s in servers}
-            lines.append(_row(label, vals, spec, servers, anchors))
+        for row in MULTI_TURN_ROWS:
+            values = {s: mt[s].get(row.key) if s in mt else None for s in servers}
+            lines.append(tab.row(row, values, "multi-turn "))
     lb = results.get("llama_bench")
     if lb:
         lines.append(
             f"llama-bench tg{lb['tokens']} at depth {lb['depth']}: {lb['tps']:.1f} "
             f"tok/s (median of {lb['runs']} alternated runs of {lb['reps']} reps)"
         )
+    for part in (_scoring, _embeddings, _grounded, _structured, _soak, _abuse):
+        lines += part(results, versus)
+    lines.append(
+        "ratios: higher is better for tok/s, lower is better for TTFT, latency and RSS"
+        + ("; vs previous: edgeserve / edgeserve-baseline" if versus.active else "")
+    )
+    noisy = results.get("noisy_runs") or []
+    if noisy:
+        lines.append(
+            f"WARNING: other processes used > 0.2 CPU during {len(noisy)} run(s): "
+            + ", ".join(noisy[:6])
+            + " (numbers are noisy; run again on a quiet machine)"
+        )
+    lines += versus.text((cfg.get("baseline") or {}).get("revision"))
+    return lines, versus.figures
+
+
+class _Table:
+    """Formats the table's lines: each server's value, edgeserve / each anchor, and
+    edgeserve / baseline (recorded in `versus`)."""
+
+    def __init__(self, servers: list[str], anchors: list[str], versus: Versus) -> None:
+        self.servers = servers
+        self.anchors = anchors
+        self.versus = versus
+
+    def row(
+        self, row: Row, values: dict[str, float | None], prefix: str, noise: float | None = None
+    ) -> str:
+        """One line; `prefix` names the block in the regressions list, `noise` replaces the
+        row's own (the rounds' spread)."""
+        vals = {s: _scaled(v, row.scale) for s, v in values.items()}
+        line = f"  {row.label:27}" + "".join(f"{_fmt(vals[s], row.spec):>14}" for s in self.servers)
+        line += "".join(f"{ratio(vals.get(EDGESERVE), vals.get(a)):>14}" for a in self.anchors)
+        if noise is None:
+            noise = NOISE if row.noise is None else row.noise
+        ours, base = vals.get(EDGESERVE), vals.get(EDGESERVE_BASELINE)
+        label = prefix + row.label.strip()
+        figure = Figure(label, ours, base, row.higher_is_better, row.spec, noise, row.floor)
+        shown = self.versus.ratio(figure)
+        return line + ("" if shown is None else f"{shown:>14}")
+
+
+def _pair(per_kind: dict[str, Any], key: str) -> tuple[Any, Any]:
+    """edgeserve's and the baseline's `key` in a dict keyed by server kind."""
+    ours, base = ((per_kind.get(kind) or {}).get(key) for kind in EDGESERVES)
+    return ours, base
+
+
+def _scoring(results: dict[str, Any], versus: Versus) -> list[str]:
+    """The scoring case: each edgeserve against the Llama loop."""
     sc = results.get("scoring")
-    if sc:
+    if not sc:
+        return []
+    note = versus.note(Figure("scoring texts/s", *_pair(sc, "texts_per_s"), True))
+    versus.ratio(Figure("scoring max |diff|", *_pair(sc, "max_abs_diff"), False, "{:.1e}",
+                        floor=1e-4))  # fmt: skip
+    lines = [
+        f"scoring {sc['texts']} texts of ~{sc['tokens_per_text']:.0f} tokens, "
+        f"Llama(logits_all) loop {sc['loop_texts_per_s']:.1f} texts/s:"
+    ]
+    for kind in (k for k in EDGESERVES if k in sc):
+        r = sc[kind]
         lines.append(
-            f"scoring {sc['texts']} texts of ~{sc['tokens_per_text']:.0f} tokens: edgeserve "
-            f"{sc['edgeserve_texts_per_s']:.1f} texts/s, Llama(logits_all) loop "
-            f"{sc['loop_texts_per_s']:.1f} texts/s, ratio {sc['ratio']:.2f}x, "
-            f"max |diff| {sc['max_abs_diff']:.1e}"
+            f"  {kind}: {r['texts_per_s']:.1f} texts/s, ratio {r['ratio']:.2f}x, "
+            f"max |diff| {r['max_abs_diff']:.1e}" + (note if kind == EDGESERVE else "")
         )
+    return lines
+
+
+def _embeddings(results: dict[str, Any], versus: Versus) -> list[str]:
+    """Texts/s of each server, the ratios, each one's distance to edgeserve's vectors."""
     em = results.get("embeddings")
-    if em:
-        kinds = [kind for kind in ("edgeserve", "llama-server") if kind in em]
-        speeds = ", ".join(f"{kind} {em[kind]['texts_per_s']:.1f} texts/s" for kind in kinds)
-        extra = (
-            f", ratio {em['ratio']:.2f}x, max cosine distance {em['max_cosine_distance']:.1e}"
-            if "ratio" in em
-            else ""
-        )
-        lines.append(
-            f"embeddings, batches of {em['texts']} texts of {em['words_per_text']} words: "
-            f"{speeds}{extra}"
-        )
+    if not em:
+        return []
+    lines = [f"embeddings, batches of {em['texts']} texts of {em['words_per_text']} words:"]
+    ours = em.get(EDGESERVE) or {}
+    rounds = _pair(em, "texts_per_s_rounds")
+    noise = rounds_noise(*(r or [] for r in rounds))
+    note = versus.note(Figure("embeddings texts/s", *_pair(em, "texts_per_s"), True,
+                              noise=noise))  # fmt: skip
+    for kind in (k for k in ALL_SERVERS if k in em):
+        r = em[kind]
+        extra = []
+        if kind == EDGESERVE:
+            extra.append(note.removeprefix(", "))
+        elif kind in (LLAMA_SERVER, LCP_SERVER):
+            extra.append(f"es/{kind} {ratio(ours.get('texts_per_s'), r['texts_per_s'])}")
+        if "max_cosine_distance" in r:
+            extra.append(f"max cosine distance to edgeserve {r['max_cosine_distance']:.1e}")
+        shown = f" ({', '.join(e for e in extra if e)})" if any(extra) else ""
+        lines.append(f"  {kind}: {r['texts_per_s']:.1f} texts/s{shown}")
+    return lines
+
+
+def _grounded(results: dict[str, Any], versus: Versus) -> list[str]:
+    """Tokens/s per prompt of each variant, the ratios to llama-server and to the baseline."""
+    lines = []
     for c, level in results.get("grounded", {}).items():
         lines.append(f"grounded workload (copy/quote/rewrite a passage, greedy) at c={c}, tok/s:")
-        base = level.get("llama-server")
-        for kind, r in level.items():
+        plain = level.get("llama-server")
+        for label, r in level.items():
             speeds = " / ".join(f"{v:.1f}" for v in r["tok_s"])
-            versus = (
+            versus_ls = (
                 " ("
-                + " / ".join(_ratio(v, b) for v, b in zip(r["tok_s"], base["tok_s"], strict=True))
+                + " / ".join(ratio(v, b) for v, b in zip(r["tok_s"], plain["tok_s"], strict=True))
                 + " x llama-server)"
-                if base and kind != "llama-server"
+                if plain and label != "llama-server"
                 else ""
             )
             differ = r.get("differ_from_no_spec")
@@ -175,58 +315,116 @@ def table(results: dict[str, Any]) -> str:
                 if differ
                 else ""
             )
-            lines.append(f"  {kind}: {speeds}{versus}{note}")
+            if kind_of(label) == EDGESERVE:
+                shown = _grounded_previous(label, level, c, versus)
+                note += f"; vs previous {shown}" if shown else ""
+            lines.append(f"  {label}: {speeds}{versus_ls}{note}")
+    return lines
+
+
+def _grounded_previous(label: str, level: dict[str, Any], c: str, versus: Versus) -> str:
+    """edgeserve's variant `label` against the baseline's, prompt by prompt ("" without)."""
+    ours = level[label]
+    base = level.get(EDGESERVE_BASELINE + label.removeprefix(EDGESERVE)) or {}
+    shown = []
+    for i, value in enumerate(ours["tok_s"]):
+        base_values = base.get("tok_s") or []
+        noise = rounds_noise(
+            *([r[i] for r in side.get("tok_s_rounds") or []] for side in (ours, base))
+        )
+        figure = Figure(
+            f"grounded c={c} {label} prompt {i + 1} tok/s",
+            value,
+            base_values[i] if i < len(base_values) else None,
+            True,
+            noise=noise,
+        )
+        shown.append(versus.ratio(figure))
+    return " / ".join(s for s in shown if s is not None)
+
+
+def _structured(results: dict[str, Any], versus: Versus) -> list[str]:
+    """Milliseconds per constrained token and invalid answers; the grammar passes' costs."""
     st = results.get("structured")
-    if st:
-        lines.append("structured output (json_schema, temperature 1, full distribution):")
-        for kind, r in st.items():
-            if kind == "refused_token_ms":
-                continue
-            lines.append(
-                f"  {kind}: {r['ms_per_token']:.1f} ms per token over {r['tokens']} tokens, "
-                f"{r['stopped']}/{r['answers']} answers stopped, {r['invalid']} invalid"
-            )
-        for state, ms in st["refused_token_ms"].items():
-            lines.append(
-                f"  grammar pass after {state!r}: one token {ms['one_token']:.3f} ms, 4096 "
-                f"candidates {ms['head_4096']:.2f} ms, whole vocabulary {ms['vocabulary']:.1f} ms"
-            )
+    if not st:
+        return []
+    note = versus.note(Figure("structured ms per token", *_pair(st, "ms_per_token"), False))
+    versus.ratio(Figure("structured invalid answers", *_pair(st, "invalid"), False, "{:.0f}",
+                        noise=0.0))  # fmt: skip
+    lines = ["structured output (json_schema, temperature 1, full distribution):"]
+    for kind, r in st.items():
+        if kind == "refused_token_ms":
+            continue
+        lines.append(
+            f"  {kind}: {r['ms_per_token']:.1f} ms per token over {r['tokens']} tokens, "
+            f"{r['stopped']}/{r['answers']} answers stopped, {r['invalid']} invalid"
+            + (note if kind == EDGESERVE else "")
+        )
+    for state, ms in st["refused_token_ms"].items():
+        lines.append(
+            f"  grammar pass after {state!r}: one token {ms['one_token']:.3f} ms, 4096 "
+            f"candidates {ms['head_4096']:.2f} ms, whole vocabulary {ms['vocabulary']:.1f} ms"
+        )
+    return lines
+
+
+def _soak(results: dict[str, Any], versus: Versus) -> list[str]:
+    """Each edgeserve's RSS over the soak."""
     sk = results.get("soak")
-    if sk:
+    if not sk:
+        return []
+    end = [_mib(v) for v in _pair(sk, "rss_end")]
+    growth = [_mib(v) for v in _pair(sk, "rss_growth")]
+    note = versus.note(Figure("soak RSS at the end MiB", *end, False, "{:.0f}"))
+    versus.ratio(Figure("soak RSS growth MiB", *growth, False, "{:+.1f}", noise=0.0,
+                        floor=SOAK_GROWTH_FLOOR_MIB))  # fmt: skip
+    lines = []
+    for kind in (k for k in EDGESERVES if k in sk):
+        r = sk[kind]
         lines.append(
-            f"soak: {sk['requests']} mixed requests at concurrency {sk['concurrency']}: edgeserve "
-            f"RSS {_mib(sk['rss_base']):.0f} MiB after the warm-up -> {_mib(sk['rss_end']):.0f}"
-            f" MiB at the end ({_mib(sk['rss_growth']):+.1f} MiB); "
-            + ", ".join(f"{k}: {v}" for k, v in sk["outcomes"].items())
+            f"soak, {kind}: {r['requests']} mixed requests at concurrency {r['concurrency']}: "
+            f"RSS {_mib(r['rss_base']):.0f} MiB after the warm-up -> {_mib(r['rss_end']):.0f}"
+            f" MiB at the end ({_mib(r['rss_growth']):+.1f} MiB); "
+            + ", ".join(f"{k}: {v}" for k, v in r["outcomes"].items())
+            + (note if kind == EDGESERVE else "")
         )
+    return lines
+
+
+def _abuse(results: dict[str, Any], versus: Versus) -> list[str]:
+    """Each edgeserve's idle CPU after a disconnect and a stream's gaps beside hostile
+    requests."""
     ab = results.get("abuse")
-    if ab:
+    if not ab:
+        return []
+    healthy = [None if v is None else float(v) for v in _pair(ab, "healthy_after")]
+    figures = {
+        "idle CPU": Figure("abuse idle CPU % after a disconnect",
+                           *_pair(ab, "idle_cpu_pct_after_disconnect"), False, floor=1.0),
+        "longest gap": Figure("abuse longest gap s beside hostile requests",
+                              *_pair(ab, "max_gap_s_during"), False, "{:.2f}", floor=0.1),
+        "healthy": Figure("abuse healthy after", *healthy, True, "{:.0f}", noise=0.0),
+    }  # fmt: skip
+    shown = {name: versus.ratio(figure) for name, figure in figures.items()}
+    note = (
+        "; vs previous: " + ", ".join(f"{name} {r}" for name, r in shown.items())
+        if versus.active
+        else ""
+    )
+    lines = []
+    for kind in (k for k in EDGESERVES if k in ab):
+        r = ab[kind]
         hostile = ", ".join(
-            f"{name} {r['status']} in {r['seconds']:.1f} s" for name, r in ab["hostile"].items()
+            f"{name} {h['status']} in {h['seconds']:.1f} s" for name, h in r["hostile"].items()
         )
         lines.append(
-            f"abuse: idle CPU after a disconnect {ab['idle_cpu_pct_after_disconnect']:.1f}%; "
-            f"a stream's longest gap {_secs(ab['max_gap_s_during'])} while hostile requests ran "
-            f"({_secs(ab['max_gap_s_before'])} before): {hostile}; "
-            f"healthy after: {ab['healthy_after']}"
+            f"abuse, {kind}: idle CPU after a disconnect "
+            f"{r['idle_cpu_pct_after_disconnect']:.1f}%; a stream's longest gap "
+            f"{_secs(r['max_gap_s_during'])} while hostile requests ran "
+            f"({_secs(r['max_gap_s_before'])} before): {hostile}; "
+            f"healthy after: {r['healthy_after']}" + (note if kind == EDGESERVE else "")
         )
-    lines.append("ratios: higher is better for tok/s, lower is better for TTFT, latency and RSS")
-    noisy = results.get("noisy_runs") or []
-    if noisy:
-        lines.append(
-            f"WARNING: other processes used > 0.2 CPU during {len(noisy)} run(s): "
-            + ", ".join(noisy[:6])
-            + " (numbers are noisy; run again on a quiet machine)"
-        )
-    return "\n".join(lines)
-
-
-def _row(
-    label: str, vals: dict[str, float | None], spec: str, servers: list[str], anchors: list[str]
-) -> str:
-    """One table line: the value of each server, then edgeserve / each anchor."""
-    line = f"  {label:27}" + "".join(f"{_fmt(vals[s], spec):>14}" for s in servers)
-    return line + "".join(f"{_ratio(vals.get(EDGESERVE), vals.get(a)):>14}" for a in anchors)
+    return lines
 
 
 def _scaled(value: float | None, scale: float) -> float | None:
@@ -280,7 +478,7 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
     for c in cfg["concurrency"]:
         idle = _mib(get(c, EDGESERVE, "rss_idle"))
         out.append(_at_most(f"idle RSS <= model + 100 MiB (--parallel {c})", idle, limit, 1, "MiB"))
-    sk = results.get("soak")
+    sk = (results.get("soak") or {}).get(EDGESERVE)
     if sk:
         growth = _mib(sk["rss_growth"]) or 0.0
         out.append(
@@ -290,7 +488,7 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
                 f"{growth:+.1f} MiB",
             )
         )
-    ab = results.get("abuse")
+    ab = (results.get("abuse") or {}).get(EDGESERVE)
     if ab:
         idle = ab["idle_cpu_pct_after_disconnect"]
         out.append(("idle CPU after a disconnect <= 2%", idle <= 2.0, f"{idle:.1f}%"))
@@ -318,7 +516,7 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
     if st and "edgeserve" in st:
         invalid = st["edgeserve"]["invalid"]
         out.append(("structured answers all valid JSON", invalid == 0, f"{invalid} invalid"))
-    sc = results.get("scoring")
+    sc = (results.get("scoring") or {}).get(EDGESERVE)
     if sc:
         out.append(("scoring >= 2x the Llama loop", sc["ratio"] >= 2, f"{sc['ratio']:.2f}x"))
         out.append(
@@ -423,7 +621,8 @@ def write_png(results: dict[str, Any], path: Path) -> None:
         ys = [mt[server].get("ttft1_p50_ms") or 0, mt[server].get("ttft2_p50_ms") or 0]
         ax.bar([i * 3, i * 3 + 1], ys, color=[f"C{servers.index(server)}"] * 2)
     ax.set_xticks([i * 3 + d for i in range(len(names)) for d in (0, 1)])
-    abbr = {EDGESERVE: "es", LLAMA_SERVER: "llama-srv", LCP_SERVER: "lcp.srv"}
+    abbr = {EDGESERVE: "es", EDGESERVE_BASELINE: "es-base", LLAMA_SERVER: "llama-srv",
+            LCP_SERVER: "lcp.srv"}  # fmt: skip
     ax.set_xticklabels([f"{abbr[s]}\nturn {t}" for s in names for t in (1, 2)], fontsize=8)
     ax.set_title("multi-turn chat: TTFT p50 (ms)")
     fig.suptitle(

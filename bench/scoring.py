@@ -1,4 +1,5 @@
-"""Scoring throughput: edgeserve's `/v1/score/evaluation` against a plain Llama loop.
+"""Scoring throughput: edgeserve's `/v1/score/evaluation` (and its baseline's) against a plain
+Llama loop.
 
 Both score the same texts with the same model and threads. The loop is the straightforward
 way: `Llama(logits_all=True)`, every logit row of a text, a float64 log-softmax in numpy, the
@@ -57,13 +58,17 @@ async def server_scores(url: str, texts: list[str]) -> tuple[list[float], float]
         return [float(s) for s in data["scores"]], time.perf_counter() - started
 
 
-async def compare(url: str, model: Path, threads: int, count: int, words: int) -> dict[str, Any]:
-    """Score `count` texts both ways (after one warm-up text each); texts/s, ratio, max diff."""
+async def compare(
+    servers: list[tuple[str, str]], model: Path, threads: int, count: int, words: int
+) -> dict[str, Any]:
+    """Score `count` texts on each server (kind, url), in turns after one warm-up text each,
+    and with the loop; per server: texts/s, the ratio to the loop, the max diff."""
     from llama_cpp import Llama  # the bench venv's llama-cpp-python: the same wheel
 
     texts = make_texts(count, words)
-    await server_scores(url, texts[:1])
-    ours, ours_s = await server_scores(url, texts)
+    for _kind, url in servers:
+        await server_scores(url, texts[:1])
+    answers = {kind: await server_scores(url, texts) for kind, url in servers}
     llm = Llama(str(model), logits_all=True, n_ctx=512, n_threads=threads, verbose=False)
     try:
         loop_scores(llm, texts[:1])
@@ -73,11 +78,15 @@ async def compare(url: str, model: Path, threads: int, count: int, words: int) -
         n_tokens = sum(len(llm.tokenize(t.encode(), add_bos=True)) for t in texts)
     finally:
         llm.close()
-    return {
+    result: dict[str, Any] = {
         "texts": count,
         "tokens_per_text": n_tokens / count,
-        "edgeserve_texts_per_s": count / ours_s,
         "loop_texts_per_s": count / loop_s,
-        "ratio": loop_s / ours_s,
-        "max_abs_diff": max(abs(a - b) for a, b in zip(ours, reference, strict=True)),
     }
+    for kind, (scores, seconds) in answers.items():
+        result[kind] = {
+            "texts_per_s": count / seconds,
+            "ratio": loop_s / seconds,
+            "max_abs_diff": max(abs(a - b) for a, b in zip(scores, reference, strict=True)),
+        }
+    return result

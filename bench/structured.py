@@ -23,6 +23,8 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from bench.anchors import LLAMA_SERVER
+
 SCHEMA = {
     "type": "object",
     "properties": {
@@ -54,7 +56,7 @@ def body(kind: str, max_tokens: int) -> dict[str, Any]:
         "temperature": 1.0,
         "top_p": 1.0,
     }
-    if kind != "edgeserve":  # llama-server's own defaults would truncate to top-k 40, min-p 0.05
+    if kind == LLAMA_SERVER:  # its own defaults would truncate to top-k 40, min-p 0.05
         request |= {"top_k": 0, "min_p": 0.0}
     return request
 
