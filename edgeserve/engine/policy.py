@@ -32,22 +32,23 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from edgeserve.engine.backend import Batch, KvCache
-from edgeserve.engine.draft_model import DraftModel, DraftWant
+from edgeserve.engine.draft_model import DraftModel, DraftWant, batch_size
 from edgeserve.engine.jobs import (
     EMBED_CHUNK,
+    EMBED_MAX_SEQS,
     AnyJob,
     Choice,
     EmbedJob,
-    EmbedSpan,
     Job,
     JobState,
     ScoreJob,
 )
+from edgeserve.engine.ports import Batch, DecodeLimits, EmbedSpan, KvCache
 from edgeserve.engine.scoring import TextState
-from edgeserve.engine.slots import SlotPool
+from edgeserve.engine.slots import SharedCells, SlotPool
 from edgeserve.engine.speculation import STEP_ROWS, Drafter, DraftPace, draft_room
 from edgeserve.engine.step_cost import StepCost
+from edgeserve.engine.types import EngineConfig
 
 # Tokens (and logit rows) per score decode: a multiple of the CPU kernels' row blocks, so a
 # chunked text gives the same rows as a lone decode.
@@ -66,6 +67,17 @@ PREFILL_SHARE = 1.0
 # row costs a third or more of a 4-stream step, so only a sequence alone drafts there; on a GPU
 # rows are cheap).
 DRAFT_SHARE = 0.05
+
+
+def decode_limits(config: EngineConfig) -> DecodeLimits:
+    """The most this scheduler hands a backend per decode, for a backend to size itself by."""
+    return DecodeLimits(
+        score_rows=SCORE_CHUNK,
+        embed_tokens=EMBED_CHUNK,
+        embed_seqs=EMBED_MAX_SEQS,
+        draft_rows=STEP_ROWS if config.draft_max > 0 else 0,
+        draft_batch=batch_size(config.prefill_chunk, config.parallel),
+    )
 
 
 @dataclass
@@ -140,6 +152,7 @@ class Scheduler:
         self.draft_model = draft_model  # drafts in place of n-gram lookups when set
         self.step_cost = StepCost()
         self.slots = SlotPool(n_seq)
+        self.sharing = SharedCells(n_seq)
         self.waiting: deque[AnyJob] = deque()
         self.active: list[Job] = []
         self.scoring: list[ScoreJob | EmbedJob] = []
@@ -258,6 +271,7 @@ class Scheduler:
         self.scoring = []
         self.reserved = 0
         self.slots = SlotPool(self.n_seq)
+        self.sharing = SharedCells(self.n_seq)
         if self.draft_model is not None:
             self.draft_model.clear()
         return ended
@@ -265,7 +279,7 @@ class Scheduler:
     def _release(self, job: Job, choice: Choice) -> None:
         choice.done = True
         choice.sampler.free()
-        self.kv.seq_rm(choice.seq_id, choice.n_past, -1)  # cells of an unverified draft
+        self._cut(choice.seq_id, choice.n_past)  # cells of an unverified draft
         self.slots.give_back(choice.seq_id, choice.held_tokens(job.tokens))
 
     def _retire(self, job: Job) -> None:
@@ -278,22 +292,35 @@ class Scheduler:
         """Keep the first `common` cached cells of `seq` (at least one prompt token is always
         decoded again, for its logits); drop the rest. Returns how many were kept."""
         common = min(common, n_prompt - 1)
-        if common > 0 and self.kv.seq_pos_range(seq)[0] == 0 and self.kv.seq_rm(seq, common, -1):
+        if common > 0 and self.kv.seq_pos_range(seq)[0] == 0 and self._cut(seq, common):
             return common
-        self.kv.seq_rm(seq, -1, -1)
+        self._cut(seq, -1)
         return 0
 
     def _take_cleared(self) -> int:
         seq = self.slots.take_any()
-        self.kv.seq_rm(seq, -1, -1)
+        self._cut(seq, -1)
         return seq
+
+    def _cut(self, seq: int, keep: int) -> bool:
+        """Drop the cells of `seq` from position `keep` on (-1: all of them); False when
+        the cache cannot."""
+        if not self.kv.seq_rm(seq, keep, -1):
+            return False
+        self.sharing.trimmed(seq, max(keep, 0))
+        return True
+
+    def cached_cells(self) -> int:
+        """The distinct KV cells the free sequences hold (the prompt cache), as recorded
+        here: a cell that several of them share (the prompt of an n > 1 request) counts once."""
+        return self.sharing.distinct({seq: len(self.slots.held(seq)) for seq in self.slots})
 
     def _evict_cache(self) -> bool:
         """Drop the least recently used prompt cache; False when none is left."""
         seq = self.slots.evict_lru()
         if seq is None:
             return False
-        self.kv.seq_rm(seq, -1, -1)
+        self._cut(seq, -1)
         return True
 
     def relieve_kv(self) -> tuple[Job, Choice] | Job | None:
@@ -475,6 +502,7 @@ class Scheduler:
                 continue
             for choice in job.choices[1:]:
                 self.kv.seq_cp(job.lead.seq_id, choice.seq_id)
+                self.sharing.copied(job.lead.seq_id, choice.seq_id, job.lead.n_past)
                 choice.n_past = job.lead.n_past
             job.state = JobState.GENERATING
             to_sample.extend((row, job, choice, ()) for choice in job.choices)
@@ -482,19 +510,17 @@ class Scheduler:
 
     def keep(self, choice: Choice, drafted: int, accepted: int) -> None:
         """A verified draft of a live choice: the cells of its rejected tokens are removed."""
-        self.kv.seq_rm(choice.seq_id, choice.n_past, -1)
+        self._cut(choice.seq_id, choice.n_past)
         if choice.drafter is not None:
             choice.drafter.adapt(drafted, accepted)
 
     # ---- checks -----------------------------------------------------------------------------
 
-    def check_invariants(self) -> int:
+    def check_invariants(self) -> None:
         """Raise InvariantError unless: each sequence id is owned by at most one live choice or
         is free, never both; every stored sequence is contiguous from position 0 and ends
         where its owner's next token goes; no ended job is in a live collection; the
-        reservations add up; each draft model sequence holds what it recorded. Returns the
-        KV cells the sequences hold, as read from the cache (each sequence is read once)."""
-        cells = 0
+        reservations add up; each draft model sequence holds what it recorded."""
         owners: dict[int, tuple[int, int]] = {}
         for job in self.active:
             _expect(
@@ -509,14 +535,14 @@ class Scheduler:
                 _expect(seq not in self.slots, f"sequence {seq} is owned and free")
                 owners[seq] = (job.rid, choice.index)
                 who = f"job {job.rid} choice {choice.index}"
-                cells += self._expect_cells(seq, choice.n_past, who)
+                self._expect_cells(seq, choice.n_past, who)
             if job.state is JobState.PREFILLING:
                 _expect(
                     job.lead.n_past == job.prefilled, f"job {job.rid} lead is not at its prefill"
                 )
         for seq in range(self.n_seq):
             if seq in self.slots:
-                cells += self._expect_cells(seq, len(self.slots.held(seq)), "free")
+                self._expect_cells(seq, len(self.slots.held(seq)), "free")
             else:
                 _expect(seq in owners, f"sequence {seq} is neither owned nor free")
         for job in self.waiting:
@@ -528,10 +554,9 @@ class Scheduler:
         if self.draft_model is not None:
             mismatch = self.draft_model.mismatch()
             _expect(mismatch is None, f"{mismatch}")
-        return cells
 
-    def _expect_cells(self, seq: int, n_past: int, who: str) -> int:
-        """Check that `seq` holds exactly positions 0 … n_past-1; returns how many it holds."""
+    def _expect_cells(self, seq: int, n_past: int, who: str) -> None:
+        """Check that `seq` holds exactly positions 0 … n_past-1."""
         first, last = self.kv.seq_pos_range(seq)
         if n_past == 0:
             _expect(last < 0, f"sequence {seq} ({who}) should be empty, holds up to {last}")
@@ -540,7 +565,6 @@ class Scheduler:
                 first == 0 and last == n_past - 1,
                 f"sequence {seq} ({who}) holds [{first}, {last}], expected [0, {n_past - 1}]",
             )
-        return n_past
 
 
 def _expect(ok: bool, message: str) -> None:

@@ -110,20 +110,21 @@ class Harness:
 
     def run_until_idle(self, limit: int = 500) -> int:
         for steps in range(limit):
-            if not self.scheduler.live_jobs() and not self.engine._inbox:
+            if not self.scheduler.live_jobs() and self.engine.stats().queue_length == 0:
                 return steps
             if not self.scheduler.has_work():
                 time.sleep(0.001)  # a detached (grammar) sample is on its way
             self.engine.step()
         raise AssertionError("the engine did not go idle")
 
-    def assert_clean(self) -> None:
-        """Idle, consistent, nothing leaked: KV holds only the prompt caches."""
+    def assert_clean(self, restarts: int = 0) -> None:
+        """Idle, consistent, nothing leaked: KV holds only the prompt caches. `restarts`: the
+        contexts the test made the engine make anew."""
         self.scheduler.check_invariants()
         assert not self.scheduler.has_work()
         assert not self.scheduler.live_jobs()
         assert self.scheduler.reserved == 0
-        assert self.engine.restarts == 0 and self.backend.resets == 0
+        assert self.engine.restarts == restarts and self.backend.resets == restarts
         assert FakeSampler.live == 0
         stats = self.engine.stats()
         assert stats.busy_slots == 0
@@ -608,8 +609,7 @@ def test_a_broken_decode_restarts_the_context_and_queued_requests_still_run():
     assert h.engine.restarts == 1 and h.backend.resets == 1
     assert finishes(queued) == {0: "length"}
     assert answers(queued) == fresh_answer("second", max_tokens=4)
-    h.engine.restarts = h.backend.resets = 0
-    h.assert_clean()
+    h.assert_clean(restarts=1)
 
 
 def test_an_invariant_that_fails_restarts_instead_of_corrupting():
@@ -766,5 +766,5 @@ def test_score_context_is_released_after_idle(monkeypatch):
     _, events = h.score("abc def")
     h.run_until_idle()
     assert isinstance(events[0], ScoreResult) and h.backend.holds_score_context
-    h.engine._housekeeping()
+    h.engine.housekeeping()
     assert not h.backend.holds_score_context

@@ -11,14 +11,12 @@ from typing import Any, Literal
 import llama_cpp as lc
 import numpy as np
 
-from edgeserve.engine.draft_model import batch_size as draft_batch_size
-from edgeserve.engine.embeddings import (
+from edgeserve.engine.llama.embeddings import (
     HiddenStateEmbeddings,
     HiddenStateReader,
     PooledEmbeddings,
 )
-from edgeserve.engine.jobs import EMBED_CHUNK, EMBED_MAX_SEQS, EmbedSpan
-from edgeserve.engine.speculation import STEP_ROWS
+from edgeserve.engine.ports import DecodeLimits, EmbedSpan
 from edgeserve.engine.types import EngineConfig
 
 log = logging.getLogger("edgeserve.engine")
@@ -26,12 +24,6 @@ _llama_log = logging.getLogger("edgeserve.llama")
 
 # ggml levels: 1 debug, 2 info (chatty load details, kept at debug here), 3 warn, 4 error, 5 cont.
 _LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
-# Tokens (and logit rows) per score decode: a multiple of the CPU kernels' row blocks, so a
-# chunked text gives the same rows as a lone decode.
-SCORE_CHUNK = 64
-# While chat streams run, score chunks alternate with their steps: a shorter chunk keeps their
-# next token from waiting on 64 logit rows (~2.5 ms each on a 262k vocabulary).
-SCORE_CHUNK_BESIDE_STREAMS = 16
 # Tokens per llama.cpp micro-batch: bounds the compute buffer whatever the batch size.
 MAX_UBATCH = 512
 # Pooling types a dedicated embedding model's metadata may name (mean, CLS, last token), as
@@ -87,9 +79,12 @@ class LoadedModel:
     Owned by the engine thread; only `metadata`, `n_ctx` and friends are safe to read elsewhere.
     """
 
-    def __init__(self, config: EngineConfig, *, role: ModelRole = "chat") -> None:
+    def __init__(
+        self, config: EngineConfig, limits: DecodeLimits, *, role: ModelRole = "chat"
+    ) -> None:
         _init_backend()
         self.config = config
+        self.limits = limits
         self.role = role
         path = {
             "chat": config.model_path,
@@ -177,14 +172,15 @@ class LoadedModel:
             # A draft decode needs at most one logit row per sequence (draft_model.py).
             cparams = self._context_params(
                 n_seq=config.parallel,
-                n_batch=draft_batch_size(config.prefill_chunk, config.parallel),
+                n_batch=self.limits.draft_batch,
                 n_outputs=config.parallel,
             )
         else:
             # A generation step needs one logit row per sequence, and one per drafted token.
-            drafts = STEP_ROWS if config.draft_max > 0 else 0
             cparams = self._context_params(
-                n_seq=config.parallel, n_batch=config.n_batch, n_outputs=config.parallel + drafts
+                n_seq=config.parallel,
+                n_batch=config.n_batch,
+                n_outputs=config.parallel + self.limits.draft_rows,
             )
         ctx = lc.llama_init_from_model(self.model, cparams)
         if not ctx:
@@ -307,10 +303,11 @@ class LoadedModel:
         )
 
     def score_context(self) -> tuple[Any, Any]:
-        """(context, memory) for scoring: one sequence, SCORE_CHUNK rows, made on first use
-        (~40 ms) and kept until `release_score_context`."""
+        """(context, memory) for scoring: one sequence, `limits.score_rows` rows, made on first
+        use (~40 ms) and kept until `release_score_context`."""
         if self._score_ctx is None:
-            cparams = self._context_params(n_seq=1, n_batch=SCORE_CHUNK, n_outputs=SCORE_CHUNK)
+            rows = self.limits.score_rows
+            cparams = self._context_params(n_seq=1, n_batch=rows, n_outputs=rows)
             ctx = lc.llama_init_from_model(self.model, cparams)
             if not ctx:
                 raise RuntimeError("llama.cpp could not create the scoring context")
@@ -331,13 +328,14 @@ class LoadedModel:
 
     def embeddings(self) -> PooledEmbeddings | HiddenStateEmbeddings:
         """The embeddings context (see embeddings.py), made on first use and kept until
-        `release_score_context`: up to EMBED_MAX_SEQS texts per decode."""
+        `release_score_context`: up to `limits.embed_seqs` texts per decode."""
         if self._embeddings is not None:
             return self._embeddings
         size = self.embed_size
+        seqs, chunk = self.limits.embed_seqs, self.limits.embed_tokens
         if self.embedding_only:
             cparams = self._context_params(
-                n_seq=EMBED_MAX_SEQS, n_batch=size, n_ubatch=size, n_outputs=size, n_ctx=size
+                n_seq=seqs, n_batch=size, n_ubatch=size, n_outputs=size, n_ctx=size
             )
             cparams.embeddings = True
             cparams.pooling_type = self.embed_pooling
@@ -349,17 +347,14 @@ class LoadedModel:
         # as in llama.cpp's own embeddings (llama-cpp-python's defaults), whatever the
         # generation context uses.
         cparams = self._context_params(
-            n_seq=EMBED_MAX_SEQS,
-            n_batch=EMBED_CHUNK,
-            n_outputs=EMBED_CHUNK,
-            n_ctx=size + EMBED_CHUNK,
+            n_seq=seqs, n_batch=chunk, n_outputs=chunk, n_ctx=size + chunk
         )
         cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
         cparams.type_k = cparams.type_v = lc.GGML_TYPE_F16
         reader = HiddenStateReader(self.n_embd)
         cparams.cb_eval = reader.callback
         ctx = self._embeddings_context(cparams)
-        self._embeddings = HiddenStateEmbeddings(ctx, reader, EMBED_CHUNK)
+        self._embeddings = HiddenStateEmbeddings(ctx, reader, chunk)
         return self._embeddings
 
     def _embeddings_context(self, cparams: Any) -> Any:
