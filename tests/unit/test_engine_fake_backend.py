@@ -128,7 +128,9 @@ class Harness:
         assert FakeSampler.live == 0
         stats = self.engine.stats()
         assert stats.busy_slots == 0
-        assert stats.kv_cells_used == stats.prefix_cache_cells
+        # The fake's own count of the cells it holds, against the scheduler's record.
+        assert stats.kv_cells_used == self.backend.cells_used()
+        assert self.backend.cells_used() == stats.prefix_cache_cells, stats
 
 
 def answers(events: list, n: int = 1) -> list[str]:
@@ -268,6 +270,20 @@ def test_warm_prefix_cache_answers_like_a_cold_engine():
     h.run_until_idle()
     assert job.cached > 10
     assert answers(second) == fresh_answer("a shared beginning then two", max_tokens=5)
+    h.assert_clean()
+
+
+def test_choices_sharing_their_prompt_count_its_cells_once():
+    # n=4 on a prompt of 100 tokens in 256 cells: the prompt four times would not fit. Each
+    # choice decodes 5 of its 6 tokens (the last one is sampled, never decoded).
+    h = Harness(n_ctx=256, parallel=4)
+    job, events = h.submit("p" * 99, n=4, temperature=1.0, seed=5, max_tokens=6)
+    while job.state is not JobState.DONE:
+        h.step()
+        stats = h.engine.stats()
+        assert stats.kv_cells_used == h.backend.cells_used() <= stats.n_ctx
+    assert finishes(events) == dict.fromkeys(range(4), "length")
+    assert h.engine.stats().kv_cells_used == 100 + 4 * 5
     h.assert_clean()
 
 
