@@ -17,7 +17,7 @@ import numpy as np
 
 from edgeserve.engine.jobs import Choice, Job, Pending
 from edgeserve.engine.loaded import Loaded
-from edgeserve.engine.policy import GenerationPlan
+from edgeserve.engine.planning import GenerationPlan
 from edgeserve.engine.types import Finished, FinishReason, TextDelta
 
 log = logging.getLogger("edgeserve.engine")
@@ -62,7 +62,7 @@ class Generating:
             return None
         if rc != 0:
             return f"llama_decode returned {rc}"
-        self.scheduler.step_cost.record(
+        self.scheduler.planner.step_cost.record(
             plan.logit_rows + plan.ending_prompts, time.perf_counter() - started, plan.prompt_tokens
         )
         for row, job, choice, draft in self.scheduler.commit(plan):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from edgeserve.engine.loaded import Loaded
-from edgeserve.engine.policy import EmbedPlan, ScorePlan
+from edgeserve.engine.planning import EmbedPlan, ScorePlan
 
 
 class ScoreSteps:

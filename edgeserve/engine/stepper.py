@@ -17,7 +17,8 @@ from edgeserve.engine.generating import Generating
 from edgeserve.engine.inbox import Inbox
 from edgeserve.engine.jobs import AnyJob
 from edgeserve.engine.loaded import Loaded
-from edgeserve.engine.policy import EmbedPlan, InvariantError, ScorePlan
+from edgeserve.engine.planning import EmbedPlan, ScorePlan
+from edgeserve.engine.policy import InvariantError
 from edgeserve.engine.ports import Backend
 from edgeserve.engine.score_steps import ScoreSteps
 from edgeserve.engine.types import EngineConfig, EngineStats
@@ -107,7 +108,7 @@ class Stepper:
     def _stats(self) -> EngineStats:
         """The thread's side of `EngineStats` (the queue and draining are the inbox's)."""
         backend, scheduler, tally = self.state.backend, self.state.scheduler, self.state.tally
-        cost = scheduler.step_cost
+        cost = scheduler.planner.step_cost
         return EngineStats(
             loaded=True,
             n_ctx=backend.n_ctx,

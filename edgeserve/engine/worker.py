@@ -29,7 +29,8 @@ from typing import Any, TypeVar
 from edgeserve.engine.inbox import Inbox
 from edgeserve.engine.jobs import AnyJob, EmbedJob, Job, Prompt, ScoreJob, Sink
 from edgeserve.engine.llama.backend import LlamaBackend
-from edgeserve.engine.policy import Scheduler, decode_limits
+from edgeserve.engine.planning import decode_limits
+from edgeserve.engine.policy import Scheduler
 from edgeserve.engine.ports import Backend
 from edgeserve.engine.prepare import (
     known_tokens,

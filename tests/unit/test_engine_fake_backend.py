@@ -83,7 +83,7 @@ class Harness:
         assert self.engine.load()
         self.backend: FakeBackend = self.engine.backend  # type: ignore[assignment]
         self.scheduler: Scheduler = self.engine.scheduler  # type: ignore[assignment]
-        self.scheduler.step_cost = self.cost()
+        self.scheduler.planner.step_cost = self.cost()
 
     def submit(
         self, prompt: str | TokenPrompt = "hello there", n: int = 1, **params

@@ -86,6 +86,7 @@ def test_only_http_imports_aiohttp():
 POLICY_SIDE = (
     "edgeserve.engine.jobs",
     "edgeserve.engine.policy",
+    "edgeserve.engine.planning",
     "edgeserve.engine.speculation",
     "edgeserve.engine.step_cost",
     "edgeserve.engine.slots",
@@ -94,6 +95,7 @@ POLICY_SIDE = (
 PURE = ("llama_cpp", "edgeserve.engine.llama")
 UNREACHABLE = {
     "edgeserve/engine/policy.py": PURE,
+    "edgeserve/engine/planning.py": PURE,
     "edgeserve/engine/jobs.py": PURE,
     "edgeserve/engine/slots.py": PURE,
     "edgeserve/engine/speculation.py": PURE,

@@ -16,6 +16,7 @@ from edgeserve.engine.llama.embeddings import (
     HiddenStateReader,
     PooledEmbeddings,
 )
+from edgeserve.engine.llama.vocab import Vocabulary
 from edgeserve.engine.ports import DecodeLimits, EmbedSpan
 from edgeserve.engine.types import EngineConfig
 
@@ -67,7 +68,7 @@ class ModelLoadError(RuntimeError):
     """The GGUF could not be loaded (missing, corrupt, unsupported, or out of memory)."""
 
 
-class LoadedModel:
+class LoadedModel(Vocabulary):
     """A llama.cpp model, a context sized for continuous batching, and (made on first use) a
     one-sequence context for scoring and a context for embeddings. A classifier / reranker
     (rank pooling) gets only the scoring context, with embeddings on; its scores are the head's
@@ -76,7 +77,8 @@ class LoadedModel:
     embeddings are the mean of the last hidden states (see embeddings.py). A --draft-model
     (role "draft") gets a generation context with one logit row per sequence.
 
-    Owned by the engine thread; only `metadata`, `n_ctx` and friends are safe to read elsewhere.
+    Owned by the engine thread; only `metadata`, `n_ctx` and friends, and the vocabulary's
+    methods (`Vocabulary`), are safe to use elsewhere.
     """
 
     def __init__(
@@ -98,19 +100,10 @@ class LoadedModel:
         mparams.n_gpu_layers = config.n_gpu_layers if config.n_gpu_layers >= 0 else 0x7FFFFFFF
         mparams.use_mmap = config.use_mmap
         mparams.use_mlock = config.use_mlock
-        global _load_errors
-        _load_errors = []
-        try:
-            model = lc.llama_model_load_from_file(path.encode(), mparams)
-        finally:
-            complaints, _load_errors = _load_errors, None
-        if not model:
-            reason = complaints[0].split(": ", 1)[-1] if complaints else "unknown error"
-            raise ModelLoadError(f"{path} is not a loadable GGUF ({reason})")
+        model = _load_file(path, mparams)
         self.model = model
         self._stack.callback(lc.llama_model_free, model)
-        self.vocab = lc.llama_model_get_vocab(model)
-        self.n_vocab = lc.llama_vocab_n_tokens(self.vocab)
+        super().__init__(lc.llama_model_get_vocab(model))
         self.metadata = _read_metadata(model)
         self.n_ctx_train = lc.llama_model_n_ctx_train(model)
         self.n_layer = lc.llama_model_n_layer(model)
@@ -141,11 +134,8 @@ class LoadedModel:
                 self._stack.close()
                 raise
             self.n_ctx = lc.llama_n_ctx(self.ctx)
-        self.add_bos = bool(lc.llama_vocab_get_add_bos(self.vocab))
-        self.bos = lc.llama_vocab_bos(self.vocab)
         self.gpu_offload = bool(lc.llama_supports_gpu_offload())
         self.n_gpu_layers = min(self.n_layer + 1, mparams.n_gpu_layers) if self.gpu_offload else 0
-        self._pieces: dict[int, bytes] = {}
         log.info(
             "loaded %s: %d layers, vocab %d, n_ctx %d, %d sequences, %d threads",
             path,
@@ -245,47 +235,9 @@ class LoadedModel:
         """The GGUF's own `tokenizer.chat_template`, if it has one."""
         return self.metadata.get("tokenizer.chat_template")
 
-    def token_text(self, token: int) -> str:
-        """The text of a special token such as BOS or EOS ("" for none)."""
-        if token < 0:
-            return ""
-        return self.piece(token, special=True).decode("utf-8", "replace")
-
-    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
-        """Tokenize `text`; `add_special` adds BOS/EOS as the model's metadata says."""
-        data = text.encode("utf-8")
-        cap = len(data) + 16
-        buf = (lc.llama_token * cap)()
-        n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
-        if n < 0:
-            cap = -n
-            buf = (lc.llama_token * cap)()
-            n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
-        return list(buf[:n])
-
-    def piece(self, token: int, *, special: bool = False) -> bytes:
-        """The bytes a token stands for (cached; special tokens render as "" unless asked).
-        Safe on any thread: a miss reads the vocabulary into a buffer of its own."""
-        key = token if not special else -token - 1
-        cached = self._pieces.get(key)
-        if cached is not None:
-            return cached
-        buf = ctypes.create_string_buffer(256)
-        n = lc.llama_token_to_piece(self.vocab, token, buf, 256, 0, special)
-        if n < 0:
-            buf = ctypes.create_string_buffer(-n)
-            n = lc.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
-        out = buf.raw[:n]
-        self._pieces[key] = out
-        return out
-
     def logit_row(self, ctx: Any, index: int) -> np.ndarray:
         """Batch output `index`'s logits in `ctx` (see `logit_row`)."""
         return logit_row(ctx, index, self.n_vocab)
-
-    def is_eog(self, token: int) -> bool:
-        """True for end-of-generation tokens (EOS, EOT, <end_of_turn> …)."""
-        return bool(lc.llama_vocab_is_eog(self.vocab, token))
 
     def seq_rm(self, seq: int, p0: int, p1: int) -> bool:
         """Drop positions [p0, p1) of `seq` from the generation context's KV cache."""
@@ -398,15 +350,20 @@ class LoadedModel:
         """Free the contexts and the model."""
         self._stack.close()
 
-    def max_piece_bytes(self) -> int:
-        """The longest token's bytes (special tokens as text): a prompt of B bytes has at
-        least B / this many tokens."""
-        buf = ctypes.create_string_buffer(1024)
-        longest = 1
-        for token in range(self.n_vocab):
-            n = lc.llama_token_to_piece(self.vocab, token, buf, 1024, 0, True)
-            longest = max(longest, abs(n))
-        return longest
+
+def _load_file(path: str, mparams: Any) -> Any:
+    """llama.cpp's model from a GGUF file; ModelLoadError with llama.cpp's own first
+    complaint when it cannot load it."""
+    global _load_errors
+    _load_errors = []
+    try:
+        model = lc.llama_model_load_from_file(path.encode(), mparams)
+    finally:
+        complaints, _load_errors = _load_errors, None
+    if not model:
+        reason = complaints[0].split(": ", 1)[-1] if complaints else "unknown error"
+        raise ModelLoadError(f"{path} is not a loadable GGUF ({reason})")
+    return model
 
 
 def logit_row(ctx: Any, index: int, n_vocab: int) -> np.ndarray:
