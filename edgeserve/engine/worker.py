@@ -164,21 +164,6 @@ class Engine:
         """Decodes run so far (generation, scoring and embeddings)."""
         return self.stats().engine_steps
 
-    @property
-    def restarts(self) -> int:
-        """Contexts made anew after a broken decode or a failed invariant."""
-        return self.stats().engine_restarts
-
-    @property
-    def drafted(self) -> int:
-        """Tokens drafted by speculation and verified so far."""
-        return self.stats().draft_tokens
-
-    @property
-    def draft_accepted(self) -> int:
-        """Drafted tokens that were the answer's."""
-        return self.stats().draft_accepted_tokens
-
     # ---- the model (any thread) -------------------------------------------------------------
 
     def _ready(self) -> Stepper:

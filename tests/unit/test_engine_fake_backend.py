@@ -124,7 +124,7 @@ class Harness:
         assert not self.scheduler.has_work()
         assert not self.scheduler.live_jobs()
         assert self.scheduler.reserved == 0
-        assert self.engine.restarts == restarts and self.backend.resets == restarts
+        assert self.engine.stats().engine_restarts == restarts and self.backend.resets == restarts
         assert FakeSampler.live == 0
         stats = self.engine.stats()
         assert stats.busy_slots == 0
@@ -622,7 +622,7 @@ def test_a_broken_decode_restarts_the_context_and_queued_requests_still_run():
     h.backend.before_decode = lambda batch: -3 if len(h.backend.decodes) == 4 else None
     h.run_until_idle()
     assert isinstance(running[-1], EngineRestarted)
-    assert h.engine.restarts == 1 and h.backend.resets == 1
+    assert h.engine.stats().engine_restarts == 1 and h.backend.resets == 1
     assert finishes(queued) == {0: "length"}
     assert answers(queued) == fresh_answer("second", max_tokens=4)
     h.assert_clean(restarts=1)
@@ -636,7 +636,7 @@ def test_an_invariant_that_fails_restarts_instead_of_corrupting():
     with pytest.raises(InvariantError):
         h.scheduler.check_invariants()
     h.step()
-    assert isinstance(events[-1], EngineRestarted) and h.engine.restarts == 1
+    assert isinstance(events[-1], EngineRestarted) and h.engine.stats().engine_restarts == 1
 
 
 # ---- preparation ----------------------------------------------------------------------------
