@@ -125,7 +125,7 @@ class Scheduler:
                 self.prefix_tokens += cached
             self.reserved += job.prompt.reserve
             self.active.append(job)
-            while self.reserved + self.slots.cached_cells > self.n_ctx and self._evict_cache():
+            while self.reserved + self.cached_cells() > self.n_ctx and self._evict_cache():
                 pass
         return failed
 

@@ -47,11 +47,6 @@ class SlotPool:
         """The tokens whose KV free sequence `seq` holds."""
         return self._held[seq]
 
-    @property
-    def cached_cells(self) -> int:
-        """KV cells held by free sequences (evictable)."""
-        return sum(len(tokens) for tokens in self._held.values())
-
     def take_best(self, tokens: list[int]) -> tuple[int, int]:
         """Take the free sequence sharing the longest prefix with `tokens`.
 

@@ -71,8 +71,8 @@ class ModelLoadError(RuntimeError):
 class LoadedModel(Vocabulary):
     """A llama.cpp model, a context sized for continuous batching, and (made on first use) a
     one-sequence context for scoring and a context for embeddings. A classifier / reranker
-    (rank pooling) gets only the scoring context, with embeddings on; its scores are the head's
-    `n_cls_out` outputs. The dedicated --embedding-model (role "embedding") gets only the
+    (rank pooling) gets only the scoring context, with embeddings on; its score is the head's
+    first output. The dedicated --embedding-model (role "embedding") gets only the
     embeddings context, pooled as its metadata says (mean pooling when it says nothing); else
     embeddings are the mean of the last hidden states (see embeddings.py). A --draft-model
     (role "draft") gets a generation context with one logit row per sequence.
@@ -110,7 +110,6 @@ class LoadedModel(Vocabulary):
         pooling = self.metadata.get(f"{self.architecture}.pooling_type")
         self.is_classifier = pooling == str(lc.LLAMA_POOLING_TYPE_RANK)
         self.n_threads = config.n_threads or 1
-        self.n_cls_out = lc.llama_model_n_cls_out(model) if self.is_classifier else 0
         self.n_embd = lc.llama_model_n_embd(model)
         self.embed_pooling = lc.LLAMA_POOLING_TYPE_MEAN
         self._score_ctx: tuple[Any, Any] | None = None
