@@ -55,14 +55,14 @@ class Inbox:
         if waiting >= self.max_queue:
             raise EngineOverloaded(f"{waiting} requests are waiting")
 
-    def preparing(self) -> None:
+    def begin_prepare(self) -> None:
         """A request goes to a prepare thread, holding a queue place (EngineOverloaded when
-        there is none, EngineStopped once closed); `prepared` gives it back."""
+        there is none, EngineStopped once closed); `end_prepare` gives it back."""
         with self._cond:
             self._check_room()
             self._preparing += 1
 
-    def prepared(self, _future: object = None) -> None:
+    def end_prepare(self, _future: object = None) -> None:
         """A request left its prepare thread (done, failed or cancelled before it ran)."""
         with self._cond:
             self._preparing -= 1

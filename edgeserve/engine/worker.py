@@ -219,14 +219,14 @@ class Engine:
     def on_prepare_thread(self, fn: Callable[..., T], *args: Any) -> Future[T]:
         """`fn(*args)` on a prepare thread, holding a queue place meanwhile (EngineOverloaded
         when there is none, EngineStopped once closed)."""
-        self._inbox.preparing()
+        self._inbox.begin_prepare()
         try:
             future = self._prepare.submit(fn, *args)
         except RuntimeError:  # the pool was shut down by close()
-            self._inbox.prepared()
+            self._inbox.end_prepare()
             raise EngineStopped("the engine is not accepting requests") from None
         # Done, failed or cancelled before it ran (its client went away): the place is free.
-        future.add_done_callback(self._inbox.prepared)
+        future.add_done_callback(self._inbox.end_prepare)
         return future
 
     def prepare(self, request: GenerationRequest) -> Prompt:
