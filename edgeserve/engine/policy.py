@@ -7,7 +7,8 @@ Admission is FIFO. A generation needs `n` free sequence ids and a KV reservation
 prompt plus `n × min(max_tokens, n_ctx / parallel)` cells; a request alone in the engine is
 always admitted. Its lead sequence is the free one whose cached tokens share the longest
 prefix with its prompt (the prefix cache), the other choices get cleared sequences and a copy
-of the lead's KV once the prompt is in.
+of the lead's KV once the prompt is in. Which sequences share cells that way is recorded
+(`SharedCells`), so that a cell several sequences hold counts once.
 
 What goes into each decode is planned by `planning.Planner`, which the scheduler owns.
 
