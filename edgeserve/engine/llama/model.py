@@ -96,10 +96,7 @@ class LoadedModel(Vocabulary):
         assert path is not None
         self.path = path
         self._stack = ExitStack()
-        mparams = lc.llama_model_default_params()
-        mparams.n_gpu_layers = config.n_gpu_layers if config.n_gpu_layers >= 0 else 0x7FFFFFFF
-        mparams.use_mmap = config.use_mmap
-        mparams.use_mlock = config.use_mlock
+        mparams = _model_params(config)
         model = _load_file(path, mparams)
         self.model = model
         self._stack.callback(lc.llama_model_free, model)
@@ -348,6 +345,15 @@ class LoadedModel(Vocabulary):
     def close(self) -> None:
         """Free the contexts and the model."""
         self._stack.close()
+
+
+def _model_params(config: EngineConfig) -> Any:
+    """llama.cpp's model parameters: GPU layers (all of them for -1), mmap and mlock."""
+    mparams = lc.llama_model_default_params()
+    mparams.n_gpu_layers = config.n_gpu_layers if config.n_gpu_layers >= 0 else 0x7FFFFFFF
+    mparams.use_mmap = config.use_mmap
+    mparams.use_mlock = config.use_mlock
+    return mparams
 
 
 def _load_file(path: str, mparams: Any) -> Any:
