@@ -8,7 +8,7 @@ completion token, answers that stopped, and invalid answers (must be 0): a stopp
 Per token: what a token the grammar refuses costs is the native grammar pass that finds an
 accepted one. Both servers first check only the sampled token; on a refusal llama-server
 filters the whole vocabulary (common_sampler_sample), edgeserve first the 4096 likeliest
-candidates (edgeserve/engine/sampling.py). Timed here on the same grammar states with this
+candidates (edgeserve/engine/llama/sampling.py). Timed here on the same grammar states with this
 machine's llama.cpp: one token, 4096 candidates, the whole vocabulary.
 """
 

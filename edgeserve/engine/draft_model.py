@@ -19,8 +19,8 @@ context with no room drops the cells of sequences not drafting and tries once mo
 or failing draft context is cleared and the step goes on without drafts: drafting never
 fails a request.
 
-Pure bookkeeping over a `DraftContext` (the llama.cpp one is `backend.LlamaDraftContext`), so
-unit tests run it on a scripted fake.
+Pure bookkeeping over a `DraftContext` (ports.py; the llama.cpp one is
+`llama/draft_model.LlamaDraftContext`), so unit tests run it on a scripted fake.
 """
 
 from __future__ import annotations
@@ -29,12 +29,9 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
 
+from edgeserve.engine.ports import DraftContext
 from edgeserve.engine.slots import common_prefix
-
-if TYPE_CHECKING:
-    from edgeserve.engine.backend import Batch
 
 log = logging.getLogger("edgeserve.engine")
 
@@ -51,33 +48,6 @@ class DraftWant:
     seq: int
     history: list[int]
     k: int
-
-
-class DraftContext(Protocol):
-    """A draft model's own context: `n_seq` sequences in a unified KV cache."""
-
-    n_seq: int
-    batch: Batch
-
-    def decode(self) -> int:
-        """Decode `batch`: 0 done, 1 no room (nothing stored), anything else broken."""
-        ...
-
-    def greedy(self, row: int) -> int:
-        """The most likely token of output row `row` of the last decode."""
-        ...
-
-    def seq_rm(self, seq: int, p0: int, p1: int) -> bool:
-        """Drop positions [p0, p1) of `seq` (-1: open end)."""
-        ...
-
-    def seq_pos_range(self, seq: int) -> tuple[int, int]:
-        """(first, last) stored position of `seq`; (-1, -1) when it holds nothing."""
-        ...
-
-    def clear(self) -> None:
-        """Empty every sequence."""
-        ...
 
 
 def catch_up_tokens(prefill_chunk: int) -> int:

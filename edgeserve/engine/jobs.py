@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from edgeserve.engine.detok import StopMatcher, Utf8Assembler
+from edgeserve.engine.ports import EmbedSpan, SamplerHandle
 from edgeserve.engine.scoring import TextState
 from edgeserve.engine.speculation import DraftPace
 from edgeserve.engine.types import (
@@ -65,29 +66,8 @@ class Sink:
     put: Callable[[object], None]
 
 
-class SamplerHandle(Protocol):
-    """One sequence's sampler, as a backend makes it (see `Backend.new_sampler`).
-
-    A `detached` sampler (one with a grammar, which can be slow) samples a copied logit row
-    with `sample_logits` on a grammar thread; the others sample a row of the last decode in
-    place with `sample`, on the engine thread.
-    """
-
-    slow: bool
-    step_limit_s: float
-    detached: bool
-
-    def sample(self, row: int) -> int | None:
-        """The next token from output row `row` of the last decode."""
-        ...
-
-    def sample_logits(self, logits: np.ndarray) -> int | None:
-        """The next token from a copied row; None when the grammar allows nothing."""
-        ...
-
-    def free(self) -> None:
-        """Release native resources; called exactly once, when the choice ends."""
-        ...
+# A detached sample in flight: its future and the logit row it reads.
+Pending = tuple[Future[int | None], np.ndarray]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +96,7 @@ class Choice:
     generated: list[int] = field(default_factory=list)
     assembler: Utf8Assembler = field(default_factory=Utf8Assembler)
     stopper: StopMatcher = field(init=False)
-    # A detached sample in flight: its future and the logit row it reads.
-    pending: tuple[Future[int | None], np.ndarray] | None = None
+    pending: Pending | None = None
     drafter: DraftPace | None = None  # made at its first draft (policy.py)
 
     def __post_init__(self) -> None:
@@ -233,17 +212,6 @@ EMBED_MAX_SEQS = 64
 # Tokens per embeddings decode, alone in the engine (a longer text is split across decodes
 # when the model allows it, else decoded alone).
 EMBED_CHUNK = 64
-
-
-@dataclass(frozen=True)
-class EmbedSpan:
-    """Tokens `start:start + len(tokens)` of one text, decoded as sequence `seq`; `last` when
-    they end the text."""
-
-    seq: int
-    tokens: Sequence[int]
-    start: int
-    last: bool
 
 
 @dataclass(eq=False)

@@ -9,19 +9,34 @@ prompts are used as given, once every id is known to be in the vocabulary.
 
 from __future__ import annotations
 
-from edgeserve.engine.backend import Backend
+import json
+
+from edgeserve import grammars
 from edgeserve.engine.jobs import Prompt
-from edgeserve.engine.sampling import grammar_text
+from edgeserve.engine.ports import Backend
 from edgeserve.engine.scoring import TextState
 from edgeserve.engine.types import (
     ChatPrompt,
     EmbedRequest,
     EngineConfig,
     GenerationRequest,
+    GrammarSpec,
     ScoreRequest,
     TokenPrompt,
 )
 from edgeserve.errors import InvalidPrompt, PromptTooLong, RequestTooLarge, UnknownToken
+
+
+def grammar_text(spec: GrammarSpec) -> str:
+    """The GBNF source for a grammar spec (JSON schemas are converted by llama-cpp-python)."""
+    if spec.kind == "json_object":
+        return grammars.ANY_JSON_OBJECT
+    if spec.kind == "json_schema":
+        try:
+            return grammars.schema_grammar(json.loads(spec.text))
+        except (ValueError, grammars.GrammarError) as exc:
+            raise InvalidPrompt(f"The JSON schema cannot be turned into a grammar: {exc}") from exc
+    return spec.text
 
 
 def at_least_tokens(backend: Backend, text: str) -> int:

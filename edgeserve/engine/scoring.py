@@ -13,6 +13,7 @@ the head's first output logit, so mean and sum are that logit.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,6 +42,19 @@ class LogSoftmax:
     def logprob(self, row: np.ndarray, target: int) -> float:
         """log softmax(row)[target]."""
         return float(row[target]) - self.logsumexp(row)
+
+    def describe(
+        self, row: np.ndarray, index: int, token: int, top_n: int, piece: Callable[[int], bytes]
+    ) -> TokenLogprob:
+        """`token`'s log-probability from a raw logit row, read in place (no copy of the row),
+        and the `top_n` most likely tokens; `piece` gives a token's bytes."""
+        lse = self.logsumexp(row)
+        top: tuple[tuple[bytes, float], ...] = ()
+        if top_n > 0:
+            best = np.argpartition(row, -top_n)[-top_n:]
+            best = best[np.argsort(row[best])[::-1]]
+            top = tuple((piece(int(t)), float(row[t]) - lse) for t in best)
+        return TokenLogprob(index, piece(token), float(row[token]) - lse, top)
 
 
 @dataclass(eq=False)

@@ -7,6 +7,8 @@ sequence and decodes only what is new. Pure bookkeeping; the scheduler does the 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 
 def common_prefix(a: list[int], b: list[int]) -> int:
     """Length of the longest common prefix of two token lists (slices compared in C, halving
@@ -38,14 +40,12 @@ class SlotPool:
     def __contains__(self, seq: int) -> bool:
         return seq in self._held
 
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._held)
+
     def held(self, seq: int) -> list[int]:
         """The tokens whose KV free sequence `seq` holds."""
         return self._held[seq]
-
-    @property
-    def cached_cells(self) -> int:
-        """KV cells held by free sequences (evictable)."""
-        return sum(len(tokens) for tokens in self._held.values())
 
     def take_best(self, tokens: list[int]) -> tuple[int, int]:
         """Take the free sequence sharing the longest prefix with `tokens`.
@@ -79,3 +79,41 @@ class SlotPool:
         seq = min(holding, key=lambda s: self._last_used[s])
         self._held[seq] = []
         return seq
+
+
+class SharedCells:
+    """Which sequences share KV cells, so that cells are counted once however many sequences
+    hold them.
+
+    Sequences come to share cells only when one is copied onto an empty one (`seq_cp`: the
+    choices of an n > 1 request after their prompt), and afterwards each only grows or loses
+    its tail: any two share exactly their first `shared` cells. The distinct cells of several
+    sequences are then counted as the nodes of a trie of their paths.
+    """
+
+    def __init__(self, n_seq: int) -> None:
+        self._shared = [[0] * n_seq for _ in range(n_seq)]
+
+    def copied(self, src: int, dst: int, length: int) -> None:
+        """Empty sequence `dst` now holds the `length` cells of `src`."""
+        shared = self._shared
+        for other in range(len(shared)):
+            if other != dst:
+                shared[dst][other] = shared[other][dst] = shared[src][other]
+        shared[dst][src] = shared[src][dst] = length
+
+    def trimmed(self, seq: int, length: int) -> None:
+        """`seq` keeps only its first `length` cells."""
+        shared = self._shared
+        for other in range(len(shared)):
+            shared[seq][other] = shared[other][seq] = min(shared[seq][other], length)
+
+    def distinct(self, lengths: dict[int, int]) -> int:
+        """The distinct cells of sequences holding `lengths[seq]` cells each."""
+        total = 0
+        counted: list[int] = []
+        for seq, length in lengths.items():
+            overlap = max((self._shared[seq][other] for other in counted), default=0)
+            total += length - min(overlap, length)
+            counted.append(seq)
+        return total

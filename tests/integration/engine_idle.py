@@ -1,6 +1,10 @@
 """What "the engine is idle" means, checked on the real engine rather than on a counter: no
-live work, no decode step and no CPU time on its thread for a while, and a KV cache that
-holds exactly the prompt caches of its free sequences."""
+live work, no decode step and no CPU time on its thread for a while, no context made anew
+(each step checks every sequence's stored positions against the scheduler's records, and a
+mismatch restarts the context), and a KV cache that holds exactly the prompt caches of its free
+sequences: the backend's own count of the cells in use (kept call by call as it decodes,
+copies and trims, see engine/llama/cells.py) against the distinct cells the scheduler records
+for its free sequences."""
 
 from __future__ import annotations
 
@@ -39,5 +43,5 @@ async def assert_engine_idle(engine, timeout: float = 10.0) -> None:
     used = thread_cpu_ticks(engine.native_thread_id) - ticks
     assert used <= IDLE_TICKS, f"the idle engine thread used {used * 10} ms of CPU"
     stats = engine.stats()
-    assert stats.kv_cells_used == stats.prefix_cache_cells, stats
     assert stats.engine_restarts == 0, "the engine restarted its context"
+    assert stats.kv_cells_used == stats.prefix_cache_cells, stats

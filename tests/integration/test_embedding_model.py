@@ -14,7 +14,7 @@ from llama_cpp import Llama
 
 from edgeserve.config import Settings
 from edgeserve.engine.client import EngineClient
-from edgeserve.engine.model import ModelLoadError
+from edgeserve.engine.llama.model import ModelLoadError
 from edgeserve.engine.types import EngineConfig
 from edgeserve.engine.worker import Engine
 from edgeserve.http.app import create_app

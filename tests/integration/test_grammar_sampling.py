@@ -15,7 +15,7 @@ import llama_cpp as lc
 import numpy as np
 import pytest
 
-from edgeserve.engine.sampling import HEADS, Sampler
+from edgeserve.engine.llama.sampling import HEADS, Sampler
 from edgeserve.engine.types import SamplingParams
 from tests.grammar_check import GrammarCheck
 

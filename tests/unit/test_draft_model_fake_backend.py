@@ -84,14 +84,14 @@ def test_answers_are_those_without_speculation(model, params):
     plain, off = run(PROMPT, None, n, **params)
     spec, on = run(PROMPT, model, n, **params)
     assert per_choice(spec) == per_choice(plain)
-    assert on.engine.draft_accepted <= on.engine.drafted
+    assert on.engine.stats().draft_accepted_tokens <= on.engine.stats().draft_tokens
     if params["max_tokens"] > 3:
-        assert on.engine.drafted > 0
+        assert on.engine.stats().draft_tokens > 0
     if params.get("temperature", 0.0) == 0.0 and params["max_tokens"] > 3:
-        assert on.engine.draft_accepted > 0
+        assert on.engine.stats().draft_accepted_tokens > 0
         assert len(on.backend.decodes) < len(off.backend.decodes), "fewer target steps"
         if model == "self" and "logit_bias" not in params:  # EOS banned: drafts all kept
-            assert on.engine.draft_accepted == on.engine.drafted
+            assert on.engine.stats().draft_accepted_tokens == on.engine.stats().draft_tokens
 
 
 def test_the_target_kv_ends_as_without_speculation():
@@ -106,7 +106,7 @@ def test_the_target_kv_ends_as_without_speculation():
         h.assert_clean()
         histories.append([h.backend.history(seq) for seq in range(h.config.parallel)])
         if model:
-            assert 0 < h.engine.draft_accepted < h.engine.drafted
+            assert 0 < h.engine.stats().draft_accepted_tokens < h.engine.stats().draft_tokens
     assert histories[0] == histories[1]
 
 
@@ -131,7 +131,7 @@ def test_a_long_history_catches_up_over_several_steps():
     while job.state is not JobState.GENERATING:
         h.step()
     steps_before_a_draft = 0
-    while h.engine.drafted == 0:
+    while h.engine.stats().draft_tokens == 0:
         h.step()
         steps_before_a_draft += 1
         assert_draft_in_step(h)
@@ -177,7 +177,7 @@ def test_a_full_draft_context_drops_the_others_and_never_fails_a_request():
     assert_draft_in_step(h)
     assert [answers(first), answers(second)] == [answers(e) for e in plain]
     assert finishes(first) == finishes(second) == {0: "length"}
-    assert h.engine.draft_accepted > 0 and draft_context(h).no_room > 0
+    assert h.engine.stats().draft_accepted_tokens > 0 and draft_context(h).no_room > 0
     assert sum(map(len, draft_context(h).seqs.values())) <= 70
 
 
@@ -213,7 +213,7 @@ def test_a_repeated_prompt_drafts_from_the_draft_cells_it_left():
         caught_up.append(sum(len(b) for b in decodes if not all(out for *_, out in b)))
         drafted.append(sum(e.drafted for e in events if isinstance(e, Finished)))
         assert answers(events) == answers(run(PROMPT, None, max_tokens=20)[0])
-    assert h.engine.draft_accepted == h.engine.drafted
+    assert h.engine.stats().draft_accepted_tokens == h.engine.stats().draft_tokens
     assert drafted[1] >= drafted[0] > 0
     assert caught_up[1] < caught_up[0] // 2, "the second answer re-decoded its prompt"
 
@@ -239,14 +239,14 @@ def test_a_failing_draft_context_is_cleared_and_the_answer_goes_on(failure):
     h.assert_clean()
     assert_draft_in_step(h)
     assert answers(events) == answers(run(PROMPT, None, max_tokens=40)[0])
-    assert h.engine.draft_accepted > 0 and decodes >= 10
+    assert h.engine.stats().draft_accepted_tokens > 0 and decodes >= 10
 
 
 def test_grammar_answers_draft_nothing():
     letters = GrammarSpec("gbnf", "letters")
     plain, _ = run(PROMPT, None, max_tokens=20, grammar=letters)
     spec, on = run(PROMPT, "self", max_tokens=20, grammar=letters)
-    assert spec == plain and on.engine.drafted == 0
+    assert spec == plain and on.engine.stats().draft_tokens == 0
     assert draft_context(on).decodes == []
 
 
@@ -258,7 +258,7 @@ def test_a_restart_clears_the_draft_context():
     h.backend.before_decode = lambda batch: -3
     h.step()
     h.backend.before_decode = None
-    assert h.engine.restarts == 1
+    assert h.engine.stats().engine_restarts == 1
     assert draft_model(h).held == {seq: [] for seq in range(h.config.parallel)}
     assert_draft_in_step(h)
 
@@ -284,6 +284,6 @@ def test_a_draft_model_as_slow_as_a_step_drafts_only_probes(monkeypatch, draft_s
     h.assert_clean()
     assert answers(events) == answers(run(PROMPT, None, max_tokens=40)[0])
     if draft_s:  # a drafted position costs a whole step: probes of PROBE_LENGTH, spaced out
-        assert 0 < h.engine.drafted <= 8 * speculation.PROBE_LENGTH
+        assert 0 < h.engine.stats().draft_tokens <= 8 * speculation.PROBE_LENGTH
     else:
-        assert h.engine.drafted >= 30
+        assert h.engine.stats().draft_tokens >= 30

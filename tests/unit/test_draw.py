@@ -11,9 +11,10 @@ import llama_cpp as lc
 import numpy as np
 import pytest
 
-from edgeserve.engine import draw, sampling
+from edgeserve.engine import draw
 from edgeserve.engine.draw import PENALTY_LAST_N, RowSampler
-from edgeserve.engine.sampling import Candidates, _build_chain
+from edgeserve.engine.llama import sampling
+from edgeserve.engine.llama.sampling import Candidates, _build_chain
 from edgeserve.engine.types import SamplingParams
 
 VOCAB = 2048

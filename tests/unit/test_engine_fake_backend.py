@@ -83,7 +83,7 @@ class Harness:
         assert self.engine.load()
         self.backend: FakeBackend = self.engine.backend  # type: ignore[assignment]
         self.scheduler: Scheduler = self.engine.scheduler  # type: ignore[assignment]
-        self.scheduler.step_cost = self.cost()
+        self.scheduler.planner.step_cost = self.cost()
 
     def submit(
         self, prompt: str | TokenPrompt = "hello there", n: int = 1, **params
@@ -110,24 +110,27 @@ class Harness:
 
     def run_until_idle(self, limit: int = 500) -> int:
         for steps in range(limit):
-            if not self.scheduler.live_jobs() and not self.engine._inbox:
+            if not self.scheduler.live_jobs() and self.engine.stats().queue_length == 0:
                 return steps
             if not self.scheduler.has_work():
                 time.sleep(0.001)  # a detached (grammar) sample is on its way
             self.engine.step()
         raise AssertionError("the engine did not go idle")
 
-    def assert_clean(self) -> None:
-        """Idle, consistent, nothing leaked: KV holds only the prompt caches."""
+    def assert_clean(self, restarts: int = 0) -> None:
+        """Idle, consistent, nothing leaked: KV holds only the prompt caches. `restarts`: the
+        contexts the test made the engine make anew."""
         self.scheduler.check_invariants()
         assert not self.scheduler.has_work()
         assert not self.scheduler.live_jobs()
         assert self.scheduler.reserved == 0
-        assert self.engine.restarts == 0 and self.backend.resets == 0
+        assert self.engine.stats().engine_restarts == restarts and self.backend.resets == restarts
         assert FakeSampler.live == 0
         stats = self.engine.stats()
         assert stats.busy_slots == 0
-        assert stats.kv_cells_used == stats.prefix_cache_cells
+        # The fake's own count of the cells it holds, against the scheduler's record.
+        assert stats.kv_cells_used == self.backend.cells_used()
+        assert self.backend.cells_used() == stats.prefix_cache_cells, stats
 
 
 def answers(events: list, n: int = 1) -> list[str]:
@@ -267,6 +270,20 @@ def test_warm_prefix_cache_answers_like_a_cold_engine():
     h.run_until_idle()
     assert job.cached > 10
     assert answers(second) == fresh_answer("a shared beginning then two", max_tokens=5)
+    h.assert_clean()
+
+
+def test_choices_sharing_their_prompt_count_its_cells_once():
+    # n=4 on a prompt of 100 tokens in 256 cells: the prompt four times would not fit. Each
+    # choice decodes 5 of its 6 tokens (the last one is sampled, never decoded).
+    h = Harness(n_ctx=256, parallel=4)
+    job, events = h.submit("p" * 99, n=4, temperature=1.0, seed=5, max_tokens=6)
+    while job.state is not JobState.DONE:
+        h.step()
+        stats = h.engine.stats()
+        assert stats.kv_cells_used == h.backend.cells_used() <= stats.n_ctx
+    assert finishes(events) == dict.fromkeys(range(4), "length")
+    assert h.engine.stats().kv_cells_used == 100 + 4 * 5
     h.assert_clean()
 
 
@@ -605,11 +622,10 @@ def test_a_broken_decode_restarts_the_context_and_queued_requests_still_run():
     h.backend.before_decode = lambda batch: -3 if len(h.backend.decodes) == 4 else None
     h.run_until_idle()
     assert isinstance(running[-1], EngineRestarted)
-    assert h.engine.restarts == 1 and h.backend.resets == 1
+    assert h.engine.stats().engine_restarts == 1 and h.backend.resets == 1
     assert finishes(queued) == {0: "length"}
     assert answers(queued) == fresh_answer("second", max_tokens=4)
-    h.engine.restarts = h.backend.resets = 0
-    h.assert_clean()
+    h.assert_clean(restarts=1)
 
 
 def test_an_invariant_that_fails_restarts_instead_of_corrupting():
@@ -620,7 +636,7 @@ def test_an_invariant_that_fails_restarts_instead_of_corrupting():
     with pytest.raises(InvariantError):
         h.scheduler.check_invariants()
     h.step()
-    assert isinstance(events[-1], EngineRestarted) and h.engine.restarts == 1
+    assert isinstance(events[-1], EngineRestarted) and h.engine.stats().engine_restarts == 1
 
 
 # ---- preparation ----------------------------------------------------------------------------
@@ -766,5 +782,5 @@ def test_score_context_is_released_after_idle(monkeypatch):
     _, events = h.score("abc def")
     h.run_until_idle()
     assert isinstance(events[0], ScoreResult) and h.backend.holds_score_context
-    h.engine._housekeeping()
+    h.engine.housekeeping()
     assert not h.backend.holds_score_context

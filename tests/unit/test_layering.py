@@ -1,13 +1,17 @@
-"""Imports flow one way: cli → http → api/<one API> → {api/common, api/reference} → engine."""
+"""Imports flow one way: cli → http → api/<one API> → {api/common, api/reference} → engine;
+inside the engine, the scheduling policy never reaches llama.cpp and the llama.cpp backend never
+reaches the policy (checked over each module's import closure, not only its direct imports)."""
 
 from __future__ import annotations
 
 import ast
+from collections import deque
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "edgeserve"
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "edgeserve"
 
 API_PACKAGES = (
     "anthropic_messages",
@@ -81,3 +85,121 @@ def test_api_packages_do_not_import_each_other(api):
                 assert (api, other) in ALLOWED_BETWEEN_APIS, (
                     f"{path.relative_to(PACKAGE)} imports {name}"
                 )
+
+
+# What a module must not reach through any chain of imports (run-time imports: those under
+# `if TYPE_CHECKING:` are never executed). Paths are relative to the repository.
+POLICY_SIDE = (
+    "edgeserve.engine.jobs",
+    "edgeserve.engine.policy",
+    "edgeserve.engine.planning",
+    "edgeserve.engine.speculation",
+    "edgeserve.engine.step_cost",
+    "edgeserve.engine.slots",
+    "edgeserve.engine.draft_model",
+)
+PURE = ("llama_cpp", "edgeserve.engine.llama")
+UNREACHABLE = {
+    "edgeserve/engine/policy.py": PURE,
+    "edgeserve/engine/planning.py": PURE,
+    "edgeserve/engine/jobs.py": PURE,
+    "edgeserve/engine/slots.py": PURE,
+    "edgeserve/engine/speculation.py": PURE,
+    "edgeserve/engine/step_cost.py": PURE,
+    "edgeserve/engine/draft_model.py": PURE,
+    "edgeserve/engine/ports.py": PURE,
+    "tests/unit/fake_backend.py": PURE,
+    **{
+        str(path.relative_to(REPO)): POLICY_SIDE
+        for path in sorted((PACKAGE / "engine" / "llama").glob("*.py"))
+    },
+    **{
+        str(path.relative_to(REPO)): ("aiohttp", "edgeserve.http")
+        for path in sorted((PACKAGE / "api").rglob("*.py"))
+    },
+}
+
+
+def module_file(name: str) -> Path | None:
+    """The file of an `edgeserve` or `tests` module (None for any other)."""
+    if name.split(".")[0] not in ("edgeserve", "tests"):
+        return None
+    base = REPO.joinpath(*name.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def is_type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and ast.unparse(node.test) in (
+        "TYPE_CHECKING",
+        "typing.TYPE_CHECKING",
+    )
+
+
+def runtime_imports(path: Path) -> set[str]:
+    """The modules `path` imports when it runs: `from a import b` names `a`, and `a.b` too
+    when that is a module of ours."""
+    names: set[str] = set()
+    pending: list[ast.AST] = [ast.parse(path.read_text())]
+    while pending:
+        node = pending.pop()
+        if is_type_checking(node):
+            continue
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(
+                f"{node.module}.{alias.name}"
+                for alias in node.names
+                if module_file(f"{node.module}.{alias.name}")
+            )
+        pending.extend(ast.iter_child_nodes(node))
+    return names
+
+
+def import_closure(path: Path) -> dict[str, str]:
+    """Every module `path` reaches, each with the module it was first imported from; ours are
+    followed through their files (a package's `__init__` runs with each of its modules)."""
+    reached: dict[str, str] = {}
+    queue: deque[tuple[Path, str]] = deque([(path, str(path.relative_to(REPO)))])
+    seen_files = {path}
+    while queue:
+        file, via = queue.popleft()
+        for name in sorted(runtime_imports(file)):
+            parts = name.split(".")
+            for end in range(1, len(parts) + 1):
+                module = ".".join(parts[:end])
+                if module in reached:
+                    continue
+                reached[module] = via
+                found = module_file(module)
+                if found is not None and found not in seen_files:
+                    seen_files.add(found)
+                    queue.append((found, module))
+    return reached
+
+
+def chain(reached: dict[str, str], module: str, start: str) -> str:
+    """How `start` reaches `module`: the imports in order."""
+    links = [module]
+    while links[-1] != start:
+        links.append(reached[links[-1]])
+    return " <- ".join(links)
+
+
+@pytest.mark.parametrize("part", sorted(UNREACHABLE))
+def test_import_closure(part):
+    path = REPO / part
+    reached = import_closure(path)
+    for module in reached:
+        bad = [f for f in UNREACHABLE[part] if module == f or module.startswith(f + ".")]
+        assert not bad, f"{part} reaches {module}: {chain(reached, module, part)}"
+
+
+def test_the_closure_follows_imports_through_modules():
+    reached = import_closure(PACKAGE / "engine" / "worker.py")
+    assert "llama_cpp" in reached and "edgeserve.engine.llama.model" in reached
+    assert chain(reached, "llama_cpp", "edgeserve/engine/worker.py").startswith("llama_cpp <- ")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgeserve.engine.slots import SlotPool, common_prefix
+from edgeserve.engine.slots import SharedCells, SlotPool, common_prefix
 
 
 def test_common_prefix():
@@ -32,15 +32,28 @@ def test_no_match_takes_the_least_recently_used():
     assert (seq, common) == (first, 0)
 
 
-def test_cached_cells_and_eviction_order():
+def test_eviction_order():
     pool = SlotPool(2)
     a = pool.take_any()
     b = pool.take_any()
     pool.give_back(a, [1, 2, 3])
     pool.give_back(b, [4, 5])
-    assert pool.cached_cells == 5
     assert pool.evict_lru() == a
-    assert pool.cached_cells == 2
+    assert (pool.held(a), pool.held(b)) == ([], [4, 5])
     assert pool.evict_lru() == b
     assert pool.evict_lru() is None
     assert len(pool) == 2
+
+
+def test_cells_shared_by_copies_count_once():
+    sharing = SharedCells(4)
+    sharing.copied(0, 1, 10)  # sequences 1 and 2 get sequence 0's 10 cells, then grow
+    sharing.copied(0, 2, 10)
+    assert sharing.distinct({0: 12, 1: 15, 2: 10}) == 10 + 2 + 5
+    sharing.trimmed(2, 4)  # 2 keeps 4 of the shared cells, then grows cells of its own
+    assert sharing.distinct({0: 12, 1: 15, 2: 7}) == 10 + 2 + 5 + 3
+    sharing.trimmed(0, 0)  # 1 and 2 still share their first 4
+    assert sharing.distinct({0: 0, 1: 15, 2: 7}) == 15 + 3
+    sharing.copied(1, 3, 15)
+    assert sharing.distinct({1: 15, 3: 16}) == 16
+    assert sharing.distinct({2: 7, 3: 16}) == 7 + 16 - 4

@@ -99,15 +99,17 @@ def test_answers_are_those_of_one_token_per_step(oracle_drafts, params):
     plain, off = run(REPEATING, 0, n, **params)
     spec, on = run(REPEATING, 8, n, **params)
     assert per_choice(spec) == per_choice(plain)
-    assert off.engine.drafted == 0
-    assert on.engine.drafted > 0 or params["max_tokens"] <= 3
+    assert off.engine.stats().draft_tokens == 0
+    assert on.engine.stats().draft_tokens > 0 or params["max_tokens"] <= 3
     if oracle_drafts and params.get("temperature", 0.0) == 0.0 and params["max_tokens"] > 3:
-        assert on.engine.draft_accepted > 0, "the oracle's drafts are the greedy answer"
+        assert on.engine.stats().draft_accepted_tokens > 0, (
+            "the oracle's drafts are the greedy answer"
+        )
         assert len(on.backend.decodes) < len(off.backend.decodes), "fewer steps"
-    assert on.engine.draft_accepted <= on.engine.drafted
+    assert on.engine.stats().draft_accepted_tokens <= on.engine.stats().draft_tokens
     counted = [e for e in spec if isinstance(e, Finished)]
-    assert sum(e.drafted for e in counted) == on.engine.drafted
-    assert sum(e.draft_accepted for e in counted) == on.engine.draft_accepted
+    assert sum(e.drafted for e in counted) == on.engine.stats().draft_tokens
+    assert sum(e.draft_accepted for e in counted) == on.engine.stats().draft_accepted_tokens
 
 
 @pytest.mark.parametrize("params", CASES)
@@ -123,7 +125,7 @@ def test_grammar_answers_draft_nothing():
     letters = GrammarSpec("gbnf", "letters")
     plain, _ = run(REPEATING, 0, max_tokens=20, grammar=letters)
     spec, on = run(REPEATING, 8, max_tokens=20, grammar=letters)
-    assert spec == plain and on.engine.drafted == 0
+    assert spec == plain and on.engine.stats().draft_tokens == 0
 
 
 def test_drafts_beside_other_streams_and_a_cancel_leave_only_verified_cells(monkeypatch):
@@ -136,7 +138,7 @@ def test_drafts_beside_other_streams_and_a_cancel_leave_only_verified_cells(monk
     _, third = h.submit("abcd", max_tokens=20, n=2, temperature=1.0, seed=1)
     h.run_until_idle()
     h.assert_clean()
-    assert h.engine.draft_accepted > 0
+    assert h.engine.stats().draft_accepted_tokens > 0
     assert answers(first) == answers(run(REPEATING, 0, max_tokens=50)[0])
     assert answers(third, 2) == answers(
         run("abcd", 0, 2, max_tokens=20, temperature=1.0, seed=1)[0], 2
@@ -147,14 +149,14 @@ def test_an_end_inside_a_draft_ends_there(monkeypatch):
     monkeypatch.setattr(NgramIndex, "continuation", oracle(64))
     plain, _ = run(REPEATING, 0, max_tokens=40, stop=["e"])
     spec, on = run(REPEATING, 8, max_tokens=40, stop=["e"])
-    assert per_choice(spec) == per_choice(plain) and on.engine.drafted > 0
+    assert per_choice(spec) == per_choice(plain) and on.engine.stats().draft_tokens > 0
     assert finishes(spec) == {0: "stop"}
 
 
 def test_logprobs_come_from_each_verified_row(monkeypatch):
     monkeypatch.setattr(NgramIndex, "continuation", oracle(64))
     spec, on = run(REPEATING, 8, max_tokens=12, logprobs=2)
-    assert on.engine.draft_accepted > 0
+    assert on.engine.stats().draft_accepted_tokens > 0
     entries = [e for e in spec if isinstance(e, TokenLogprob)]
     assert len(entries) == 12 and all(len(e.top) == 2 for e in entries)
 

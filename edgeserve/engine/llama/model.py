@@ -11,14 +11,13 @@ from typing import Any, Literal
 import llama_cpp as lc
 import numpy as np
 
-from edgeserve.engine.draft_model import batch_size as draft_batch_size
-from edgeserve.engine.embeddings import (
+from edgeserve.engine.llama.embeddings import (
     HiddenStateEmbeddings,
     HiddenStateReader,
     PooledEmbeddings,
 )
-from edgeserve.engine.jobs import EMBED_CHUNK, EMBED_MAX_SEQS, EmbedSpan
-from edgeserve.engine.speculation import STEP_ROWS
+from edgeserve.engine.llama.vocab import Vocabulary
+from edgeserve.engine.ports import DecodeLimits, EmbedSpan
 from edgeserve.engine.types import EngineConfig
 
 log = logging.getLogger("edgeserve.engine")
@@ -26,12 +25,6 @@ _llama_log = logging.getLogger("edgeserve.llama")
 
 # ggml levels: 1 debug, 2 info (chatty load details, kept at debug here), 3 warn, 4 error, 5 cont.
 _LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
-# Tokens (and logit rows) per score decode: a multiple of the CPU kernels' row blocks, so a
-# chunked text gives the same rows as a lone decode.
-SCORE_CHUNK = 64
-# While chat streams run, score chunks alternate with their steps: a shorter chunk keeps their
-# next token from waiting on 64 logit rows (~2.5 ms each on a 262k vocabulary).
-SCORE_CHUNK_BESIDE_STREAMS = 16
 # Tokens per llama.cpp micro-batch: bounds the compute buffer whatever the batch size.
 MAX_UBATCH = 512
 # Pooling types a dedicated embedding model's metadata may name (mean, CLS, last token), as
@@ -75,21 +68,25 @@ class ModelLoadError(RuntimeError):
     """The GGUF could not be loaded (missing, corrupt, unsupported, or out of memory)."""
 
 
-class LoadedModel:
+class LoadedModel(Vocabulary):
     """A llama.cpp model, a context sized for continuous batching, and (made on first use) a
     one-sequence context for scoring and a context for embeddings. A classifier / reranker
-    (rank pooling) gets only the scoring context, with embeddings on; its scores are the head's
-    `n_cls_out` outputs. The dedicated --embedding-model (role "embedding") gets only the
+    (rank pooling) gets only the scoring context, with embeddings on; its score is the head's
+    first output. The dedicated --embedding-model (role "embedding") gets only the
     embeddings context, pooled as its metadata says (mean pooling when it says nothing); else
     embeddings are the mean of the last hidden states (see embeddings.py). A --draft-model
     (role "draft") gets a generation context with one logit row per sequence.
 
-    Owned by the engine thread; only `metadata`, `n_ctx` and friends are safe to read elsewhere.
+    Owned by the engine thread; only `metadata`, `n_ctx` and friends, and the vocabulary's
+    methods (`Vocabulary`), are safe to use elsewhere.
     """
 
-    def __init__(self, config: EngineConfig, *, role: ModelRole = "chat") -> None:
+    def __init__(
+        self, config: EngineConfig, limits: DecodeLimits, *, role: ModelRole = "chat"
+    ) -> None:
         _init_backend()
         self.config = config
+        self.limits = limits
         self.role = role
         path = {
             "chat": config.model_path,
@@ -99,30 +96,17 @@ class LoadedModel:
         assert path is not None
         self.path = path
         self._stack = ExitStack()
-        mparams = lc.llama_model_default_params()
-        mparams.n_gpu_layers = config.n_gpu_layers if config.n_gpu_layers >= 0 else 0x7FFFFFFF
-        mparams.use_mmap = config.use_mmap
-        mparams.use_mlock = config.use_mlock
-        global _load_errors
-        _load_errors = []
-        try:
-            model = lc.llama_model_load_from_file(path.encode(), mparams)
-        finally:
-            complaints, _load_errors = _load_errors, None
-        if not model:
-            reason = complaints[0].split(": ", 1)[-1] if complaints else "unknown error"
-            raise ModelLoadError(f"{path} is not a loadable GGUF ({reason})")
+        mparams = _model_params(config)
+        model = _load_file(path, mparams)
         self.model = model
         self._stack.callback(lc.llama_model_free, model)
-        self.vocab = lc.llama_model_get_vocab(model)
-        self.n_vocab = lc.llama_vocab_n_tokens(self.vocab)
+        super().__init__(lc.llama_model_get_vocab(model))
         self.metadata = _read_metadata(model)
         self.n_ctx_train = lc.llama_model_n_ctx_train(model)
         self.n_layer = lc.llama_model_n_layer(model)
         pooling = self.metadata.get(f"{self.architecture}.pooling_type")
         self.is_classifier = pooling == str(lc.LLAMA_POOLING_TYPE_RANK)
         self.n_threads = config.n_threads or 1
-        self.n_cls_out = lc.llama_model_n_cls_out(model) if self.is_classifier else 0
         self.n_embd = lc.llama_model_n_embd(model)
         self.embed_pooling = lc.LLAMA_POOLING_TYPE_MEAN
         self._score_ctx: tuple[Any, Any] | None = None
@@ -146,11 +130,8 @@ class LoadedModel:
                 self._stack.close()
                 raise
             self.n_ctx = lc.llama_n_ctx(self.ctx)
-        self.add_bos = bool(lc.llama_vocab_get_add_bos(self.vocab))
-        self.bos = lc.llama_vocab_bos(self.vocab)
         self.gpu_offload = bool(lc.llama_supports_gpu_offload())
         self.n_gpu_layers = min(self.n_layer + 1, mparams.n_gpu_layers) if self.gpu_offload else 0
-        self._pieces: dict[int, bytes] = {}
         log.info(
             "loaded %s: %d layers, vocab %d, n_ctx %d, %d sequences, %d threads",
             path,
@@ -177,14 +158,15 @@ class LoadedModel:
             # A draft decode needs at most one logit row per sequence (draft_model.py).
             cparams = self._context_params(
                 n_seq=config.parallel,
-                n_batch=draft_batch_size(config.prefill_chunk, config.parallel),
+                n_batch=self.limits.draft_batch,
                 n_outputs=config.parallel,
             )
         else:
             # A generation step needs one logit row per sequence, and one per drafted token.
-            drafts = STEP_ROWS if config.draft_max > 0 else 0
             cparams = self._context_params(
-                n_seq=config.parallel, n_batch=config.n_batch, n_outputs=config.parallel + drafts
+                n_seq=config.parallel,
+                n_batch=config.n_batch,
+                n_outputs=config.parallel + self.limits.draft_rows,
             )
         ctx = lc.llama_init_from_model(self.model, cparams)
         if not ctx:
@@ -249,47 +231,9 @@ class LoadedModel:
         """The GGUF's own `tokenizer.chat_template`, if it has one."""
         return self.metadata.get("tokenizer.chat_template")
 
-    def token_text(self, token: int) -> str:
-        """The text of a special token such as BOS or EOS ("" for none)."""
-        if token < 0:
-            return ""
-        return self.piece(token, special=True).decode("utf-8", "replace")
-
-    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
-        """Tokenize `text`; `add_special` adds BOS/EOS as the model's metadata says."""
-        data = text.encode("utf-8")
-        cap = len(data) + 16
-        buf = (lc.llama_token * cap)()
-        n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
-        if n < 0:
-            cap = -n
-            buf = (lc.llama_token * cap)()
-            n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
-        return list(buf[:n])
-
-    def piece(self, token: int, *, special: bool = False) -> bytes:
-        """The bytes a token stands for (cached; special tokens render as "" unless asked).
-        Safe on any thread: a miss reads the vocabulary into a buffer of its own."""
-        key = token if not special else -token - 1
-        cached = self._pieces.get(key)
-        if cached is not None:
-            return cached
-        buf = ctypes.create_string_buffer(256)
-        n = lc.llama_token_to_piece(self.vocab, token, buf, 256, 0, special)
-        if n < 0:
-            buf = ctypes.create_string_buffer(-n)
-            n = lc.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
-        out = buf.raw[:n]
-        self._pieces[key] = out
-        return out
-
     def logit_row(self, ctx: Any, index: int) -> np.ndarray:
         """Batch output `index`'s logits in `ctx` (see `logit_row`)."""
         return logit_row(ctx, index, self.n_vocab)
-
-    def is_eog(self, token: int) -> bool:
-        """True for end-of-generation tokens (EOS, EOT, <end_of_turn> …)."""
-        return bool(lc.llama_vocab_is_eog(self.vocab, token))
 
     def seq_rm(self, seq: int, p0: int, p1: int) -> bool:
         """Drop positions [p0, p1) of `seq` from the generation context's KV cache."""
@@ -307,10 +251,11 @@ class LoadedModel:
         )
 
     def score_context(self) -> tuple[Any, Any]:
-        """(context, memory) for scoring: one sequence, SCORE_CHUNK rows, made on first use
-        (~40 ms) and kept until `release_score_context`."""
+        """(context, memory) for scoring: one sequence, `limits.score_rows` rows, made on first
+        use (~40 ms) and kept until `release_score_context`."""
         if self._score_ctx is None:
-            cparams = self._context_params(n_seq=1, n_batch=SCORE_CHUNK, n_outputs=SCORE_CHUNK)
+            rows = self.limits.score_rows
+            cparams = self._context_params(n_seq=1, n_batch=rows, n_outputs=rows)
             ctx = lc.llama_init_from_model(self.model, cparams)
             if not ctx:
                 raise RuntimeError("llama.cpp could not create the scoring context")
@@ -331,13 +276,14 @@ class LoadedModel:
 
     def embeddings(self) -> PooledEmbeddings | HiddenStateEmbeddings:
         """The embeddings context (see embeddings.py), made on first use and kept until
-        `release_score_context`: up to EMBED_MAX_SEQS texts per decode."""
+        `release_score_context`: up to `limits.embed_seqs` texts per decode."""
         if self._embeddings is not None:
             return self._embeddings
         size = self.embed_size
+        seqs, chunk = self.limits.embed_seqs, self.limits.embed_tokens
         if self.embedding_only:
             cparams = self._context_params(
-                n_seq=EMBED_MAX_SEQS, n_batch=size, n_ubatch=size, n_outputs=size, n_ctx=size
+                n_seq=seqs, n_batch=size, n_ubatch=size, n_outputs=size, n_ctx=size
             )
             cparams.embeddings = True
             cparams.pooling_type = self.embed_pooling
@@ -349,17 +295,14 @@ class LoadedModel:
         # as in llama.cpp's own embeddings (llama-cpp-python's defaults), whatever the
         # generation context uses.
         cparams = self._context_params(
-            n_seq=EMBED_MAX_SEQS,
-            n_batch=EMBED_CHUNK,
-            n_outputs=EMBED_CHUNK,
-            n_ctx=size + EMBED_CHUNK,
+            n_seq=seqs, n_batch=chunk, n_outputs=chunk, n_ctx=size + chunk
         )
         cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
         cparams.type_k = cparams.type_v = lc.GGML_TYPE_F16
         reader = HiddenStateReader(self.n_embd)
         cparams.cb_eval = reader.callback
         ctx = self._embeddings_context(cparams)
-        self._embeddings = HiddenStateEmbeddings(ctx, reader, EMBED_CHUNK)
+        self._embeddings = HiddenStateEmbeddings(ctx, reader, chunk)
         return self._embeddings
 
     def _embeddings_context(self, cparams: Any) -> Any:
@@ -403,15 +346,29 @@ class LoadedModel:
         """Free the contexts and the model."""
         self._stack.close()
 
-    def max_piece_bytes(self) -> int:
-        """The longest token's bytes (special tokens as text): a prompt of B bytes has at
-        least B / this many tokens."""
-        buf = ctypes.create_string_buffer(1024)
-        longest = 1
-        for token in range(self.n_vocab):
-            n = lc.llama_token_to_piece(self.vocab, token, buf, 1024, 0, True)
-            longest = max(longest, abs(n))
-        return longest
+
+def _model_params(config: EngineConfig) -> Any:
+    """llama.cpp's model parameters: GPU layers (all of them for -1), mmap and mlock."""
+    mparams = lc.llama_model_default_params()
+    mparams.n_gpu_layers = config.n_gpu_layers if config.n_gpu_layers >= 0 else 0x7FFFFFFF
+    mparams.use_mmap = config.use_mmap
+    mparams.use_mlock = config.use_mlock
+    return mparams
+
+
+def _load_file(path: str, mparams: Any) -> Any:
+    """llama.cpp's model from a GGUF file; ModelLoadError with llama.cpp's own first
+    complaint when it cannot load it."""
+    global _load_errors
+    _load_errors = []
+    try:
+        model = lc.llama_model_load_from_file(path.encode(), mparams)
+    finally:
+        complaints, _load_errors = _load_errors, None
+    if not model:
+        reason = complaints[0].split(": ", 1)[-1] if complaints else "unknown error"
+        raise ModelLoadError(f"{path} is not a loadable GGUF ({reason})")
+    return model
 
 
 def logit_row(ctx: Any, index: int, n_vocab: int) -> np.ndarray:

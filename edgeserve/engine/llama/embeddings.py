@@ -9,7 +9,7 @@
   a token's cost); an eval callback copies the hidden states out as soon as they are computed
   and stops the graph there. Under causal attention a token's state does not depend on later
   tokens, so a long text is decoded in chunks, its running sum carried between decodes, and no
-  embeddings decode holds more than EMBED_CHUNK tokens.
+  embeddings decode holds more tokens than the scheduler hands it (`DecodeLimits`).
 
 Both run on the engine thread, in a context of their own (not the generation context).
 """
@@ -25,8 +25,8 @@ import llama_cpp as lc
 import numpy as np
 from llama_cpp._ctypes_extensions import load_shared_library
 
-from edgeserve.engine.batch import TokenBatch
-from edgeserve.engine.jobs import EmbedSpan
+from edgeserve.engine.llama.batch import TokenBatch
+from edgeserve.engine.ports import EmbedSpan
 
 # The name llama.cpp's model graphs give the last hidden states, after the output norm.
 HIDDEN_STATES_TENSOR = b"result_norm"

@@ -21,6 +21,8 @@ class TokenBatch:
         self._seq_ptrs = self.raw.seq_id
         self._n_seq[:] = 1
         self.n = 0
+        # (seq, first position, tokens) of each add: what a successful decode stores.
+        self.runs: list[tuple[int, int, int]] = []
 
     @property
     def room(self) -> int:
@@ -30,6 +32,7 @@ class TokenBatch:
     def clear(self) -> None:
         """Forget every token (the memory is reused)."""
         self.n = 0
+        self.runs = []
 
     def add(self, token: int, pos: int, seq: int, output: bool) -> int:
         """Append one token; return its index (the row to sample from when `output`)."""
@@ -39,6 +42,7 @@ class TokenBatch:
         self._seq_ptrs[i][0] = seq
         self._logits[i] = output
         self.n = i + 1
+        self.runs.append((seq, pos, 1))
         return i
 
     def add_span(
@@ -58,6 +62,7 @@ class TokenBatch:
         for off in outputs:
             self._logits[i + off] = 1
         self.n = i + k
+        self.runs.append((seq, start_pos, k))
         return i
 
     def decode(self, ctx: lc.llama_context_p) -> int:

@@ -29,7 +29,6 @@ can take longer still.
 from __future__ import annotations
 
 import ctypes
-import json
 import math
 import random
 import threading
@@ -39,10 +38,9 @@ from typing import Any
 import llama_cpp as lc
 import numpy as np
 
-from edgeserve import grammars
 from edgeserve.engine.draw import PENALTY_LAST_N, RowSampler
-from edgeserve.engine.model import logit_row
-from edgeserve.engine.types import GrammarSpec, SamplingParams
+from edgeserve.engine.llama.model import logit_row
+from edgeserve.engine.types import SamplingParams
 from edgeserve.errors import InvalidPrompt
 
 HEADS = (4096, 32768)
@@ -53,18 +51,6 @@ DRAWS = 1024
 """Draws from the accepted head and the unchecked tail after each head pass (at most
 HEADS[-1], the size of one grammar pass)."""
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
-
-
-def grammar_text(spec: GrammarSpec) -> str:
-    """The GBNF source for a grammar spec (JSON schemas are converted by llama-cpp-python)."""
-    if spec.kind == "json_object":
-        return grammars.ANY_JSON_OBJECT
-    if spec.kind == "json_schema":
-        try:
-            return grammars.schema_grammar(json.loads(spec.text))
-        except (ValueError, grammars.GrammarError) as exc:
-            raise InvalidPrompt(f"The JSON schema cannot be turned into a grammar: {exc}") from exc
-    return spec.text
 
 
 def grammar_sampler(vocab: Any, gbnf: str) -> Any:
@@ -256,7 +242,7 @@ class Sampler:
     and samples a copied row (`sample_logits`) on whatever thread the engine gives it, one call
     at a time. `seed_offset` gives sibling
     choices of one `n>1` request distinct but reproducible streams; `gbnf` is the request's
-    grammar, already checked once by `grammar_text` and `grammar_sampler`; a grammar step over
+    grammar, already checked once by `Backend.check_grammar`; a grammar step over
     `step_limit_s` seconds sets `slow`. Call `free` once when the sequence ends: while a
     detached sample is still running, the native objects are freed when it returns.
     """

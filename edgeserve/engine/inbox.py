@@ -1,0 +1,151 @@
+"""The engine thread's inbox: new jobs and cancels from any thread, and the queue's limit.
+
+`put` and `cancel` (any thread) only append under one lock; the engine thread takes both at
+the start of each step (`take`). With nothing to do it waits on that lock's condition
+(`wait_for`): it never spins. Requests on the prepare threads, in the inbox and in the
+scheduler's waiting queue all hold a place in the queue of `max_queue`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from edgeserve.engine.jobs import AnyJob
+from edgeserve.errors import EngineOverloaded, EngineStopped
+
+
+class Inbox:
+    """New jobs and cancels on their way to the engine thread (see the module docstring)."""
+
+    def __init__(self, max_queue: int) -> None:
+        self.max_queue = max_queue
+        self._cond = threading.Condition()
+        self._jobs: deque[AnyJob] = deque()
+        self._cancels: deque[AnyJob] = deque()
+        self._queued = 0  # jobs in the scheduler's waiting queue
+        self._preparing = 0  # requests on the prepare threads
+        self._accepting = True
+        self._running = True
+        self._next_id = 0
+
+    # ---- any thread -------------------------------------------------------------------------
+
+    @property
+    def accepting(self) -> bool:
+        """False once the engine refuses new requests (draining or closed)."""
+        return self._accepting
+
+    @property
+    def waiting(self) -> int:
+        """Requests holding a queue place: being prepared, in the inbox, or queued."""
+        with self._cond:
+            return self._waiting()
+
+    def _waiting(self) -> int:
+        return self._preparing + len(self._jobs) + self._queued
+
+    def _check_room(self) -> None:
+        """Under the lock: raise unless a new request may queue."""
+        if not self._accepting or not self._running:
+            raise EngineStopped("the engine is not accepting requests")
+        waiting = self._waiting()
+        if waiting >= self.max_queue:
+            raise EngineOverloaded(f"{waiting} requests are waiting")
+
+    def begin_prepare(self) -> None:
+        """A request goes to a prepare thread, holding a queue place (EngineOverloaded when
+        there is none, EngineStopped once closed); `end_prepare` gives it back."""
+        with self._cond:
+            self._check_room()
+            self._preparing += 1
+
+    def end_prepare(self, _future: object = None) -> None:
+        """A request left its prepare thread (done, failed or cancelled before it ran)."""
+        with self._cond:
+            self._preparing -= 1
+
+    def put(self, job: AnyJob) -> None:
+        """Number a new job and hand it to the engine thread (raises when it may not queue)."""
+        with self._cond:
+            self._check_room()
+            self._next_id += 1
+            job.rid = self._next_id
+            self._jobs.append(job)
+            self._cond.notify()
+
+    def cancel(self, job: AnyJob) -> None:
+        """Ask the engine thread to end `job` at the start of its next step."""
+        with self._cond:
+            self._cancels.append(job)
+            self._cond.notify()
+
+    def stop_accepting(self) -> None:
+        """Refuse new requests from now on."""
+        with self._cond:
+            self._accepting = False
+
+    def stop(self) -> None:
+        """Refuse new requests and tell the engine thread to end."""
+        with self._cond:
+            self._accepting = False
+            self._running = False
+            self._cond.notify()
+
+    def wake(self, _future: object = None) -> None:
+        """Wake the engine thread (a detached sample arrived)."""
+        with self._cond:
+            self._cond.notify()
+
+    # ---- the engine thread ------------------------------------------------------------------
+
+    def take(self) -> tuple[deque[AnyJob], deque[AnyJob]]:
+        """The new jobs (they now count as queued in the scheduler) and the cancels."""
+        with self._cond:
+            jobs, self._jobs = self._jobs, deque()
+            cancels, self._cancels = self._cancels, deque()
+            self._queued += len(jobs)
+        return jobs, cancels
+
+    def set_queued(self, queued: int) -> None:
+        """How many jobs wait in the scheduler's queue after a step."""
+        with self._cond:
+            self._queued = queued
+
+    def wait_for(
+        self,
+        work: Callable[[], bool],
+        timeout: Callable[[], float | None],
+        idle: Callable[[], None],
+    ) -> bool:
+        """Block until there is something to do (the inbox is not empty, or `work()`): False
+        when the thread should end. While waiting, `idle()` runs outside the lock each time
+        the wait times out or wakes (`timeout()`: seconds until it is due, None: never)."""
+        while True:
+            with self._cond:
+                if not self._running:
+                    return False
+                if self._jobs or self._cancels or work():
+                    return True
+                self._cond.wait(timeout())
+            idle()
+
+    def linger(self, seconds: float) -> None:
+        """Wait `seconds` (unless the thread is told to end), so that a burst of requests
+        reaches the inbox before the first step."""
+        deadline = time.monotonic() + seconds
+        with self._cond:
+            while self._running and (left := deadline - time.monotonic()) > 0:
+                self._cond.wait(left)
+
+    def close(self) -> list[AnyJob]:
+        """Stop, and return the jobs still in the inbox (for their owners to be told)."""
+        with self._cond:
+            self._running = False
+            leftovers = list(self._jobs)
+            self._jobs.clear()
+            self._cancels.clear()
+            self._queued = 0
+        return leftovers

@@ -1,0 +1,221 @@
+"""`Backend` (ports.py) over llama-cpp-python's low-level API.
+
+Every native handle (model, contexts, batch, samplers) is made and freed here and in
+`model.py` / `sampling.py`; a --draft-model's context is `draft_model.LlamaDraftContext`.
+The sizes of what it decodes are handed in (`DecodeLimits`): it reads no scheduling values.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Sequence
+
+import llama_cpp as lc
+import numpy as np
+
+from edgeserve.engine.chat_template import ChatTemplate, resolve_template
+from edgeserve.engine.llama.batch import TokenBatch
+from edgeserve.engine.llama.cells import CellLedger
+from edgeserve.engine.llama.draft_model import LlamaDraftContext
+from edgeserve.engine.llama.model import LoadedModel
+from edgeserve.engine.llama.sampling import Sampler, grammar_sampler
+from edgeserve.engine.ports import DecodeLimits
+from edgeserve.engine.types import ChatPrompt, EngineConfig, SamplingParams, TokenizerInfo
+
+log = logging.getLogger("edgeserve.engine")
+
+
+class LlamaBackend:
+    """`Backend` over llama-cpp-python's low-level API: loads the GGUF and its chat template,
+    and the dedicated embedding model when there is one."""
+
+    def __init__(self, config: EngineConfig, limits: DecodeLimits) -> None:
+        self.config = config
+        self.model = LoadedModel(config, limits)
+        self.embedder = self.model
+        self.draft_context: LlamaDraftContext | None = None
+        try:
+            if config.embedding_model_path:
+                self.embedder = LoadedModel(config, limits, role="embedding")
+            if config.draft_model_path:
+                self.draft_context = LlamaDraftContext(config, limits, self.model)
+            source = resolve_template(
+                config.chat_template, self.model.chat_template, self.model.architecture
+            )
+            eos = lc.llama_vocab_eos(self.model.vocab)
+            self._template = ChatTemplate(
+                source,
+                bos_token=self.model.token_text(self.model.bos),
+                eos_token=self.model.token_text(eos),
+            )
+        except BaseException:
+            self.close_models()
+            raise
+        model = self.model
+        vocab = model.vocab
+        self.tokenizer_info = TokenizerInfo(
+            tokenizer_class=model.metadata.get("tokenizer.ggml.model", ""),
+            bos_token=model.token_text(model.bos) or None,
+            eos_token=model.token_text(eos) or None,
+            pad_token=model.token_text(lc.llama_vocab_pad(vocab)) or None,
+            add_bos_token=model.add_bos,
+            add_eos_token=bool(lc.llama_vocab_get_add_eos(vocab)),
+            vocab_size=model.n_vocab,
+            model_max_length=model.n_ctx,
+            chat_template=source,
+        )
+        self.n_ctx = model.n_ctx
+        self.n_vocab = model.n_vocab
+        self.n_seq = config.parallel
+        self.is_classifier = model.is_classifier
+        self.add_bos = model.add_bos
+        self.bos = model.bos
+        self.gpu_offload = model.gpu_offload
+        self.n_gpu_layers = model.n_gpu_layers
+        self.batch = TokenBatch(model.n_ctx if model.is_classifier else config.n_batch)
+        self._cells = CellLedger()
+
+    # ---- generation -------------------------------------------------------------------------
+
+    def decode(self) -> int:
+        """Decode the batch in the generation context (see Backend.decode)."""
+        rc = self.batch.decode(self.model.ctx)
+        if rc == 0:
+            lc.llama_synchronize(self.model.ctx)
+            for seq, pos, n in self.batch.runs:
+                self._cells.stored(seq, pos, n)
+        return rc
+
+    def new_sampler(self, params: SamplingParams, seed_offset: int, gbnf: str | None) -> Sampler:
+        """A native sampler chain (and grammar) reading this context's logits."""
+        return Sampler(
+            params,
+            self.model.vocab,
+            self.model.ctx,
+            self.n_vocab,
+            seed_offset=seed_offset,
+            gbnf=gbnf,
+            step_limit_s=self.config.grammar_step_limit_s,
+        )
+
+    def logit_row(self, row: int) -> np.ndarray:
+        """Output row `row` of the last generation decode (a view, no copy)."""
+        return self.model.logit_row(self.model.ctx, row)
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token stands for (cached)."""
+        return self.model.piece(token)
+
+    def is_eog(self, token: int) -> bool:
+        """True for end-of-generation tokens."""
+        return self.model.is_eog(token)
+
+    # ---- KV cache ---------------------------------------------------------------------------
+
+    def seq_rm(self, seq: int, p0: int, p1: int) -> bool:
+        """Drop positions [p0, p1) of `seq`."""
+        if not self.model.seq_rm(seq, p0, p1):
+            return False
+        self._cells.removed(seq, p0, p1)
+        return True
+
+    def seq_cp(self, src: int, dst: int) -> None:
+        """Share every cell of `src` with `dst` (no copy in a unified cache)."""
+        self.model.seq_cp(src, dst)
+        self._cells.copied(src, dst)
+
+    def seq_pos_range(self, seq: int) -> tuple[int, int]:
+        """(first, last) stored position of `seq`; (-1, -1) when empty."""
+        return self.model.seq_pos_range(seq)
+
+    def cells_used(self) -> int:
+        """The distinct cells the generation context holds, as this backend filled and trimmed
+        them (llama.cpp has no call that counts them: see cells.py)."""
+        return self._cells.used
+
+    # ---- prompts (any thread) ---------------------------------------------------------------
+
+    @functools.cached_property
+    def max_piece_bytes(self) -> int:
+        """The longest token's bytes: a scan of the vocabulary (~0.8 s on 262k tokens), made
+        on the first prompt large enough to need it rather than at start-up."""
+        return self.model.max_piece_bytes()
+
+    def render(self, prompt: ChatPrompt) -> str:
+        """Render with the chat template (sandboxed Jinja; pure Python)."""
+        return self._template.render(prompt)
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        """llama.cpp's tokenizer (releases the GIL while it runs)."""
+        return self.model.tokenize(text, add_special=add_special, parse_special=parse_special)
+
+    def detokenize(self, tokens: Sequence[int], *, special: bool) -> str:
+        """The joined pieces (cached per token), as llama-server's /detokenize joins them."""
+        piece = self.model.piece
+        data = b"".join(piece(token, special=special) for token in tokens)
+        return data.decode("utf-8", "replace")
+
+    def check_grammar(self, gbnf: str) -> None:
+        """Parse `gbnf` once with llama.cpp (InvalidPrompt when it refuses it)."""
+        lc.llama_sampler_free(grammar_sampler(self.model.vocab, gbnf))
+
+    # ---- scoring ----------------------------------------------------------------------------
+
+    def score_chunk(
+        self, tokens: Sequence[int], start: int, outputs: Sequence[int]
+    ) -> list[np.ndarray]:
+        """One chunk of a text, alone in the separate scoring context (see policy.py)."""
+        ctx, memory = self.model.score_context()
+        if start == 0:
+            lc.llama_memory_clear(memory, True)
+        self.batch.clear()
+        self.batch.add_span(tokens, start, 0, outputs)
+        rc = self.batch.decode(ctx)
+        if rc != 0:
+            self.model.release_score_context()
+            raise RuntimeError(f"llama_decode (scoring) failed with status {rc}")
+        return [self.model.logit_row(ctx, off) for off in outputs]
+
+    def classify(self, tokens: Sequence[int]) -> float:
+        """A whole text in one decode; the rank head's first output."""
+        model = self.model
+        if model.memory:
+            lc.llama_memory_clear(model.memory, True)
+            self._cells.clear()
+        self.batch.clear()
+        self.batch.add_span(tokens, 0, 0, range(len(tokens)))
+        rc = self.batch.decode(model.ctx)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode (classifier) failed with status {rc}")
+        return float(lc.llama_get_embeddings_seq(model.ctx, 0)[0])
+
+    @property
+    def holds_score_context(self) -> bool:
+        """True while the separate scoring or embeddings context is allocated."""
+        return self.model.holds_score_context or self.embedder.holds_score_context
+
+    def release_score_context(self) -> None:
+        """Free the scoring and embeddings contexts."""
+        self.model.release_score_context()
+        self.embedder.release_score_context()
+
+    # ---- life -------------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """A fresh generation context in place of a broken one."""
+        self._cells.clear()
+        self.model.recreate_context()
+
+    def close(self) -> None:
+        """Free the batch, the contexts and the models."""
+        self.batch.free()
+        self.close_models()
+
+    def close_models(self) -> None:
+        """Free the models and their contexts."""
+        if self.draft_context is not None:
+            self.draft_context.close()
+        if self.embedder is not self.model:
+            self.embedder.close()
+        self.model.close()

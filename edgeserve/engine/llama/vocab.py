@@ -1,0 +1,68 @@
+"""A model's vocabulary in llama.cpp: tokenizing, token pieces and special tokens."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import llama_cpp as lc
+
+
+class Vocabulary:
+    """llama.cpp's vocabulary of one model (`vocab`, its native handle). Every method is safe
+    on any thread: llama.cpp's tokenizer only reads the vocabulary."""
+
+    def __init__(self, vocab: Any) -> None:
+        self.vocab = vocab
+        self.n_vocab = lc.llama_vocab_n_tokens(vocab)
+        self.add_bos = bool(lc.llama_vocab_get_add_bos(vocab))
+        self.bos = lc.llama_vocab_bos(vocab)
+        self._pieces: dict[int, bytes] = {}
+
+    def token_text(self, token: int) -> str:
+        """The text of a special token such as BOS or EOS ("" for none)."""
+        if token < 0:
+            return ""
+        return self.piece(token, special=True).decode("utf-8", "replace")
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        """Tokenize `text`; `add_special` adds BOS/EOS as the model's metadata says."""
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        buf = (lc.llama_token * cap)()
+        n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (lc.llama_token * cap)()
+            n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int, *, special: bool = False) -> bytes:
+        """The bytes a token stands for (cached; special tokens render as "" unless asked).
+        Safe on any thread: a miss reads the vocabulary into a buffer of its own."""
+        key = token if not special else -token - 1
+        cached = self._pieces.get(key)
+        if cached is not None:
+            return cached
+        buf = ctypes.create_string_buffer(256)
+        n = lc.llama_token_to_piece(self.vocab, token, buf, 256, 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = lc.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
+        out = buf.raw[:n]
+        self._pieces[key] = out
+        return out
+
+    def is_eog(self, token: int) -> bool:
+        """True for end-of-generation tokens (EOS, EOT, <end_of_turn> …)."""
+        return bool(lc.llama_vocab_is_eog(self.vocab, token))
+
+    def max_piece_bytes(self) -> int:
+        """The longest token's bytes (special tokens as text): a prompt of B bytes has at
+        least B / this many tokens."""
+        buf = ctypes.create_string_buffer(1024)
+        longest = 1
+        for token in range(self.n_vocab):
+            n = lc.llama_token_to_piece(self.vocab, token, buf, 1024, 0, True)
+            longest = max(longest, abs(n))
+        return longest

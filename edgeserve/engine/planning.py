@@ -1,0 +1,263 @@
+"""What goes into the next decode: a score chunk, embeddings, or a generation step.
+
+Each generation step is ONE decode holding the next token of every generating choice plus
+chunks of waiting prompts (a prompt alone in the engine decodes its last token in a chunk of its
+own, see `_plan_generation`): up to the batch's room while nothing generates, else as many
+prompt tokens as keep the step within (1 + PREFILL_SHARE) times what it costs without them
+(`StepCost`, measured), and at least `prefill_chunk`: a newcomer's prefill holds running
+streams for about one more step's time per step instead of for its whole prompt. Drafted
+tokens (speculation.py, draft_model.py) ride in the same decode, within DRAFT_SHARE of it
+beside other streams.
+Score requests alternate with generation steps: one chunk of one text per turn, decoded alone
+in a separate scoring context (scores must not depend on what else runs), shorter while
+streams wait on it. Embeddings requests take the same turns: one decode of up to EMBED_CHUNK
+tokens of their texts (fewer while streams wait; a long text is split across decodes unless
+its model pools whole texts) in a separate embeddings context.
+
+Pure bookkeeping (no llama.cpp import, no threads), like the scheduler that owns it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from edgeserve.engine.draft_model import DraftModel, DraftWant, batch_size
+from edgeserve.engine.jobs import (
+    EMBED_CHUNK,
+    EMBED_MAX_SEQS,
+    Choice,
+    EmbedJob,
+    Job,
+    JobState,
+    ScoreJob,
+)
+from edgeserve.engine.ports import Batch, DecodeLimits, EmbedSpan
+from edgeserve.engine.scoring import TextState
+from edgeserve.engine.speculation import STEP_ROWS, Drafter, DraftPace, draft_room
+from edgeserve.engine.step_cost import StepCost
+from edgeserve.engine.types import EngineConfig
+
+# Tokens (and logit rows) per score decode: a multiple of the CPU kernels' row blocks, so a
+# chunked text gives the same rows as a lone decode.
+SCORE_CHUNK = 64
+# While chat streams run, score chunks alternate with their steps: a shorter chunk keeps their
+# next token from waiting on 64 logit rows (~2.5 ms each on a 262k vocabulary).
+SCORE_CHUNK_BESIDE_STREAMS = 16
+# Tokens per embeddings decode while chat streams run, so that their next token waits on no
+# more than a score chunk does.
+EMBED_CHUNK_BESIDE_STREAMS = SCORE_CHUNK_BESIDE_STREAMS
+# Beside running streams, a step's prompt tokens may add this share of what the step costs
+# without them (1.0: a stream's next token comes at most about twice as late).
+PREFILL_SHARE = 1.0
+# Beside other streams, a step's drafted rows may add this share of what the step costs
+# without them: a stream's tokens are not held back by others' speculation (on a 2-core CPU a
+# row costs a third or more of a 4-stream step, so only a sequence alone drafts there; on a GPU
+# rows are cheap).
+DRAFT_SHARE = 0.05
+
+
+def decode_limits(config: EngineConfig) -> DecodeLimits:
+    """The most this scheduler hands a backend per decode, for a backend to size itself by."""
+    return DecodeLimits(
+        score_rows=SCORE_CHUNK,
+        embed_tokens=EMBED_CHUNK,
+        embed_seqs=EMBED_MAX_SEQS,
+        draft_rows=STEP_ROWS if config.draft_max > 0 else 0,
+        draft_batch=batch_size(config.prefill_chunk, config.parallel),
+    )
+
+
+@dataclass
+class EmbedPlan:
+    """An embeddings step: these spans of `job`'s texts, side by side."""
+
+    job: EmbedJob
+    spans: list[EmbedSpan]
+
+
+@dataclass
+class GenerationPlan:
+    """A generation step: which batch rows to sample for which choice (the first row, then one
+    per drafted token after it), which prompts advance."""
+
+    rows: list[tuple[int, Job, Choice, tuple[int, ...]]] = field(default_factory=list)
+    # (job, prompt tokens taken, batch row of the prompt's last token when this chunk ends it)
+    prefills: list[tuple[Job, int, int | None]] = field(default_factory=list)
+
+    @property
+    def logit_rows(self) -> int:
+        """The rows this step asks logits for (next tokens and drafts), prompts aside."""
+        return sum(1 + len(draft) for _, _, _, draft in self.rows)
+
+    @property
+    def ending_prompts(self) -> int:
+        """Prompts whose last token is in this step (each gives one more logit row)."""
+        return sum(row is not None for _, _, row in self.prefills)
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The prompt tokens of this step that give no logit row."""
+        return sum(take for _, take, _ in self.prefills) - self.ending_prompts
+
+
+@dataclass
+class ScorePlan:
+    """A score step: `take` tokens of `text` from `start`, or (classifier) the whole text."""
+
+    job: ScoreJob
+    text: TextState
+    start: int
+    take: int
+    outputs: list[int]
+
+
+class Planner:
+    """Plans each step from the scheduler's live jobs; owns the measured step costs."""
+
+    def __init__(
+        self, *, n_ctx: int, prefill_chunk: int, draft_max: int, draft_model: DraftModel | None
+    ) -> None:
+        self.n_ctx = n_ctx
+        self.prefill_chunk = max(1, prefill_chunk)
+        self.draft_max = draft_max
+        self.draft_model = draft_model  # drafts in place of n-gram lookups when set
+        self.step_cost = StepCost()
+        self._score_turn = True
+
+    def plan(
+        self, batch: Batch, active: list[Job], scoring: list[ScoreJob | EmbedJob]
+    ) -> GenerationPlan | ScorePlan | EmbedPlan | None:
+        """The next step for the `active` generations and the `scoring` jobs: a score chunk,
+        embeddings or a generation batch (written into `batch`), alternating when both wait;
+        None when there is nothing to decode."""
+        batch.clear()
+        if scoring and (not active or self._score_turn):
+            self._score_turn = False
+            job = scoring[0]
+            if isinstance(job, EmbedJob):
+                budget = EMBED_CHUNK_BESIDE_STREAMS if active else EMBED_CHUNK
+                return EmbedPlan(job, job.next_spans(budget))
+            return self._plan_score(job, beside_streams=bool(active))
+        self._score_turn = True
+        if not any(job.steppable for job in active):
+            return None
+        return self._plan_generation(batch, active)
+
+    def _plan_score(self, job: ScoreJob, *, beside_streams: bool) -> ScorePlan:
+        text = job.current_text()
+        if text is None:  # nothing left to score (empty texts): the job just completes
+            return ScorePlan(job, TextState([]), 0, 0, [])
+        if text.classify:
+            return ScorePlan(job, text, 0, len(text.tokens), [])
+        chunk = SCORE_CHUNK_BESIDE_STREAMS if beside_streams else SCORE_CHUNK
+        take = min(len(text.tokens) - text.fed, chunk)
+        return ScorePlan(job, text, text.fed, take, text.outputs_in(text.fed, take))
+
+    def _plan_generation(self, batch: Batch, active: list[Job]) -> GenerationPlan:
+        plan = GenerationPlan()
+        generating = 0
+        prefilling: list[Job] = []
+        stepping: list[tuple[Job, Choice]] = []
+        for job in active:
+            if job.state is JobState.PREFILLING:
+                prefilling.append(job)
+                continue
+            generating += 1
+            stepping += [(job, c) for c in job.choices if not c.done and c.pending is None]
+        room = draft_room(len(stepping), self.draft_max)
+        threshold = self.step_cost.threshold(len(stepping))
+        if self.draft_model is not None:
+            step_s = self.step_cost.generation_seconds(max(1, len(stepping)))
+            threshold += self.draft_model.step_share(step_s)
+        spare = min(batch.room - len(stepping) - 1, self._draft_rows_beside(len(stepping)))
+        drafts = self._drafts(stepping, room, threshold, spare)
+        for (job, choice), draft in zip(stepping, drafts, strict=True):
+            row = batch.add(choice.last_token, choice.n_past, choice.seq_id, True)
+            if draft:
+                batch.add_span(draft, choice.n_past + 1, choice.seq_id, range(len(draft)))
+            plan.rows.append((row, job, choice, tuple(draft)))
+        budget = batch.room
+        row_tokens = 0
+        if generating:
+            budget = min(budget, self._prefill_budget(plan.logit_rows))
+            row_tokens = self._row_in_prompt_tokens()
+        # Alone in the engine, a prompt's last token (whose row gives the first answer token)
+        # is decoded in a step of its own, as it is after a prefix-cache hit: llama.cpp's CPU
+        # kernels give a row different values inside a multi-row chunk, so a cold prompt would
+        # otherwise answer differently from the same prompt found in the cache. Beside other
+        # work the batch varies anyway, and the extra step would only delay first tokens.
+        quiet = not generating and len(prefilling) == 1
+        for job in prefilling:
+            left = len(job.tokens) - job.prefilled
+            take = min(batch.room, budget, left - 1 if quiet and left > 1 else left)
+            if take <= 0:
+                break
+            last = job.prefilled + take == len(job.tokens)
+            budget -= take + (row_tokens if last else 0)
+            start = batch.add_span(
+                job.tokens[job.prefilled : job.prefilled + take],
+                job.prefilled,
+                job.lead.seq_id,
+                (take - 1,) if last else (),
+            )
+            plan.prefills.append((job, take, start + take - 1 if last else None))
+        return plan
+
+    def _draft_rows_beside(self, sequences: int) -> int:
+        """Drafted rows a step of `sequences` next tokens may carry in all: a sequence alone
+        drafts what pays for itself, but beside others its drafts may add only DRAFT_SHARE
+        to the step (each row delays every other stream's next token). Unbounded until a
+        row's cost is measured."""
+        per_row = self.step_cost.row_seconds()
+        step = self.step_cost.generation_seconds(sequences)
+        if sequences <= 1 or per_row <= 0.0 or step is None:
+            return STEP_ROWS
+        return int(DRAFT_SHARE * step / per_row)
+
+    def _prefill_budget(self, rows: int) -> int:
+        """Prompt tokens a step may take beside `rows` logit rows of running streams: as
+        many as keep it within (1 + PREFILL_SHARE) times its cost without them, at least
+        `prefill_chunk` (also while the costs are not measured yet)."""
+        cost = self.step_cost
+        alone = cost.generation_seconds(rows)
+        if alone is None:
+            return self.prefill_chunk
+        fit = cost.prompt_tokens_within(alone * (1.0 + PREFILL_SHARE), rows)
+        return max(self.prefill_chunk, fit or 0)
+
+    def _row_in_prompt_tokens(self) -> int:
+        """What the logit row of a prompt's last token costs, in prompt tokens."""
+        per_token = self.step_cost.token_seconds()
+        if not per_token:
+            return 0
+        return round(self.step_cost.row_seconds() / per_token)
+
+    def _drafts(
+        self, stepping: list[tuple[Job, Choice]], room: int, threshold: float, spare: int
+    ) -> list[list[int]]:
+        """The tokens each stepping choice drafts this step, in order (see speculation.py):
+        n-gram lookups, or the draft model asked once for all of them. None for a grammar's
+        detached sampler, and never past `room`, the answer's token limit, the context or the
+        `spare` drafted rows the step may still take (the batch, and beside other streams
+        DRAFT_SHARE of the step)."""
+        drafts: list[list[int]] = [[] for _ in stepping]
+        wants: list[tuple[int, DraftWant]] = []
+        for i, (job, choice) in enumerate(stepping):
+            if self.draft_max <= 0 or choice.sampler.detached:
+                continue
+            if choice.drafter is None:
+                choice.drafter = DraftPace() if self.draft_model else Drafter(job.tokens)
+            limit = min(
+                room, spare, job.prompt.max_new - choice.n_gen - 1, self.n_ctx - choice.n_past - 2
+            )
+            if isinstance(choice.drafter, Drafter):
+                drafts[i] = choice.drafter.draft(choice.generated, limit, threshold)
+                spare -= len(drafts[i])
+            elif k := choice.drafter.want(limit, threshold):
+                wants.append((i, DraftWant(choice.seq_id, job.tokens + choice.generated, k)))
+                spare -= k
+        if wants and self.draft_model is not None:
+            made = self.draft_model.draft([want for _, want in wants])
+            for (i, _), draft in zip(wants, made, strict=True):
+                drafts[i] = draft
+        return drafts

@@ -1,0 +1,257 @@
+"""What the engine needs from a model, as protocols, and the plain data that crosses them.
+
+The scheduler (`policy.py`) and the engine thread (`worker.py`) talk to a `Backend` only, so
+the whole job lifecycle runs in unit tests against a scripted fake backend in milliseconds;
+the llama.cpp one is `llama/backend.py`. Nothing here imports llama.cpp.
+
+Thread rules: `render`, `tokenize`, `detokenize`, `piece`, `check_grammar` and the read-only
+attributes may be used from any thread once the backend exists (llama.cpp's tokenizer and
+grammar parser only read the vocabulary); everything else belongs to the engine thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from edgeserve.engine.types import ChatPrompt, SamplingParams, TokenizerInfo
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+@dataclass(frozen=True)
+class DecodeLimits:
+    """The most the scheduler hands a backend per decode, so that it sizes its contexts and
+    batches for it (the values are the scheduler's: see `policy.decode_limits`)."""
+
+    score_rows: int  # tokens (and logit rows) of one score decode
+    embed_tokens: int  # tokens of one embeddings decode of the chat model's hidden states
+    embed_seqs: int  # texts of one embeddings decode
+    draft_rows: int  # logit rows a generation step adds for drafted tokens
+    draft_batch: int  # tokens of one decode in a --draft-model's context
+
+
+@dataclass(frozen=True)
+class EmbedSpan:
+    """Tokens `start:start + len(tokens)` of one text, decoded as sequence `seq`; `last` when
+    they end the text."""
+
+    seq: int
+    tokens: Sequence[int]
+    start: int
+    last: bool
+
+
+class SamplerHandle(Protocol):
+    """One sequence's sampler, as a backend makes it (see `Backend.new_sampler`).
+
+    A `detached` sampler (one with a grammar, which can be slow) samples a copied logit row
+    with `sample_logits` on a grammar thread; the others sample a row of the last decode in
+    place with `sample`, on the engine thread.
+    """
+
+    slow: bool
+    step_limit_s: float
+    detached: bool
+
+    def sample(self, row: int) -> int | None:
+        """The next token from output row `row` of the last decode."""
+        ...
+
+    def sample_logits(self, logits: np.ndarray) -> int | None:
+        """The next token from a copied row; None when the grammar allows nothing."""
+        ...
+
+    def free(self) -> None:
+        """Release native resources; called exactly once, when the choice ends."""
+        ...
+
+
+class Batch(Protocol):
+    """The tokens of the next decode; each token belongs to one sequence."""
+
+    n: int
+
+    @property
+    def room(self) -> int:
+        """How many more tokens fit."""
+        ...
+
+    def clear(self) -> None:
+        """Forget every token."""
+        ...
+
+    def add(self, token: int, pos: int, seq: int, output: bool) -> int:
+        """Append one token; its batch index (the output row when `output`)."""
+        ...
+
+    def add_span(
+        self, tokens: Sequence[int], start_pos: int, seq: int, outputs: Sequence[int] = ()
+    ) -> int:
+        """Append consecutive tokens of one sequence; the batch index of the first."""
+        ...
+
+
+class KvCache(Protocol):
+    """The generation context's KV cache, by sequence id (llama.cpp's memory API)."""
+
+    def seq_rm(self, seq: int, p0: int, p1: int) -> bool:
+        """Drop positions [p0, p1) of `seq` (-1: open end); False when it cannot."""
+        ...
+
+    def seq_cp(self, src: int, dst: int) -> None:
+        """Make `dst` hold everything `src` holds."""
+        ...
+
+    def seq_pos_range(self, seq: int) -> tuple[int, int]:
+        """(first, last) stored position of `seq`; (-1, -1) when it holds nothing."""
+        ...
+
+    def cells_used(self) -> int:
+        """The distinct cells the cache holds (a cell shared by several sequences after
+        `seq_cp` counts once), as the cache itself accounts them."""
+        ...
+
+
+class Embedder(Protocol):
+    """The model that /v1/embeddings reads: the served one, or a dedicated embedding model."""
+
+    n_vocab: int
+    n_embd: int
+
+    @property
+    def embed_size(self) -> int:
+        """The most tokens of one text to embed."""
+        ...
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        """Token ids for `text` in this model's vocabulary (any thread)."""
+        ...
+
+    @property
+    def whole_texts(self) -> bool:
+        """True when a text to embed must be decoded whole, False when it may be split."""
+        ...
+
+    def embed(self, spans: Sequence[EmbedSpan]) -> list[np.ndarray | None]:
+        """Decode the spans side by side in a separate embeddings context (engine thread):
+        the L2-normalised vector (float32, `n_embd` long) of each text a span ends, None for
+        a span that does not end its text."""
+        ...
+
+
+class Backend(KvCache, Protocol):
+    """A loaded model with one generation context (see the module docstring)."""
+
+    n_ctx: int
+    n_vocab: int
+    embedder: Embedder
+    n_seq: int
+    is_classifier: bool
+    add_bos: bool
+    bos: int
+    max_piece_bytes: int
+    gpu_offload: bool
+    n_gpu_layers: int
+    tokenizer_info: TokenizerInfo
+    batch: Batch
+    # The --draft-model's context, when one is loaded (its vocabulary is this model's).
+    draft_context: DraftContext | None
+
+    def decode(self) -> int:
+        """Decode `batch` in the generation context: 0 done, 1 no room in the KV cache (nothing
+        stored), anything else a broken context. Returns once the step is computed (on an
+        accelerator too), so its duration is the step's cost (`StepCost`)."""
+        ...
+
+    def new_sampler(
+        self, params: SamplingParams, seed_offset: int, gbnf: str | None
+    ) -> SamplerHandle:
+        """A sampler for one sequence (raises InvalidPrompt for a grammar it cannot parse)."""
+        ...
+
+    def logit_row(self, row: int) -> np.ndarray:
+        """Output row `row` of the last decode, valid until the next one."""
+        ...
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token stands for."""
+        ...
+
+    def is_eog(self, token: int) -> bool:
+        """True for end-of-generation tokens."""
+        ...
+
+    def render(self, prompt: ChatPrompt) -> str:
+        """The conversation as prompt text (raises InvalidPrompt)."""
+        ...
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        """Token ids for `text`."""
+        ...
+
+    def detokenize(self, tokens: Sequence[int], *, special: bool) -> str:
+        """The text of known token ids: their pieces joined (special tokens as their text when
+        `special`, else empty), invalid UTF-8 replaced."""
+        ...
+
+    def check_grammar(self, gbnf: str) -> None:
+        """Raise InvalidPrompt unless `gbnf` parses."""
+        ...
+
+    def score_chunk(
+        self, tokens: Sequence[int], start: int, outputs: Sequence[int]
+    ) -> list[np.ndarray]:
+        """Decode a chunk of one text in the scoring context (start 0 clears it); the logit
+        rows of the chunk offsets in `outputs`, valid until the next score decode."""
+        ...
+
+    def classify(self, tokens: Sequence[int]) -> float:
+        """A classifier head's first output for a whole text."""
+        ...
+
+    @property
+    def holds_score_context(self) -> bool:
+        """True while a separate scoring context is allocated."""
+        ...
+
+    def release_score_context(self) -> None:
+        """Free the scoring and embeddings contexts (made again on their next use)."""
+        ...
+
+    def reset(self) -> None:
+        """Make a fresh generation context (after a broken decode); every sequence is empty."""
+        ...
+
+    def close(self) -> None:
+        """Free everything."""
+        ...
+
+
+class DraftContext(Protocol):
+    """A draft model's own context: `n_seq` sequences in a unified KV cache."""
+
+    n_seq: int
+    batch: Batch
+
+    def decode(self) -> int:
+        """Decode `batch`: 0 done, 1 no room (nothing stored), anything else broken."""
+        ...
+
+    def greedy(self, row: int) -> int:
+        """The most likely token of output row `row` of the last decode."""
+        ...
+
+    def seq_rm(self, seq: int, p0: int, p1: int) -> bool:
+        """Drop positions [p0, p1) of `seq` (-1: open end)."""
+        ...
+
+    def seq_pos_range(self, seq: int) -> tuple[int, int]:
+        """(first, last) stored position of `seq`; (-1, -1) when it holds nothing."""
+        ...
+
+    def clear(self) -> None:
+        """Empty every sequence."""
+        ...
