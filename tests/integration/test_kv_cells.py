@@ -20,7 +20,7 @@ async def answer(engine, prompt: str, n: int, max_tokens: int) -> tuple[int, lis
     params = SamplingParams(max_tokens=max_tokens, temperature=1.0, logit_bias=EOG_BAN)
     seen: list[EngineStats] = []
     async with EngineClient(engine).generate(GenerationRequest(prompt, params, n=n)) as gen:
-        info = await gen.admitted()
+        info = await gen.submit()
         async for event in gen.events():
             if isinstance(event, TextDelta):
                 seen.append(engine.stats())
