@@ -81,9 +81,6 @@ class Api:
     whole: Callable[[list[Body]], Body]  # a finished stream's events as the whole answer
     is_output: Callable[[Body], bool]  # a stream event that carries generated text
 
-    def __str__(self) -> str:
-        return self.name
-
 
 def openai_usage(body: Body) -> Usage:
     usage = body["usage"]
