@@ -157,10 +157,12 @@ class ScoreResult:
 
 @dataclass(frozen=True)
 class TextDelta:
-    """New text for choice `index` (always whole UTF-8 characters)."""
+    """New text for choice `index` (always whole UTF-8 characters); `generated` is how many
+    tokens the choice has generated so far, so a request cut short still knows its count."""
 
     index: int
     text: str
+    generated: int = 0
 
 
 @dataclass(frozen=True)

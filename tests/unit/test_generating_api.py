@@ -189,5 +189,18 @@ def test_usage_counts_each_prompt_once_and_every_choice():
     assert usage.first_text_at is not None
 
 
+def test_usage_counts_the_tokens_of_choices_cut_short():
+    usage = TokenUsage(prompt_tokens=10)
+    for event in [
+        TextDelta(0, "a", generated=1),
+        TextDelta(1, "b", generated=2),
+        TextDelta(0, "cd", generated=3),
+        Finished(1, "stop", 4),
+    ]:
+        usage.account(event, n=2)
+    assert usage.generated == {0: 3, 1: 4}
+    assert usage.completion_tokens == 7
+
+
 def test_work_counts_its_choices():
     assert work(n=3, prompts=2).choices == 6

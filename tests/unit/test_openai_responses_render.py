@@ -14,7 +14,7 @@ from edgeserve.engine.types import Finished
 
 REQ = ResponsesRequest(model="m", input="hi", instructions="be brief", max_output_tokens=9)
 USAGE = response_usage(5, 3, 2)
-STREAM_USAGE = TokenUsage(prompt_tokens=5, completion_tokens=3, cached={0: 2})
+STREAM_USAGE = TokenUsage(prompt_tokens=5, generated={0: 3}, cached={0: 2})
 
 
 def events(frames: list[bytes]) -> list[dict[str, Any]]:

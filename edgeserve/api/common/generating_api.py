@@ -49,13 +49,20 @@ class GenerationWork:
 
 @dataclass
 class TokenUsage:
-    """A request's token counts so far: prompts (each counted once, whatever n is), generated
-    tokens over every finished choice, and prompt tokens served from the prefix cache."""
+    """A request's token counts so far: prompts (each counted once, whatever n is), tokens
+    generated per choice (finished or not: a request cut short by its deadline, an engine error
+    or its client counts what it got), and prompt tokens served from the prefix cache per
+    prompt."""
 
     prompt_tokens: int = 0
-    completion_tokens: int = 0
+    generated: dict[int, int] = field(default_factory=dict)
     cached: dict[int, int] = field(default_factory=dict)
     first_text_at: float | None = None
+
+    @property
+    def completion_tokens(self) -> int:
+        """Generated tokens over the choices."""
+        return sum(self.generated.values())
 
     @property
     def cached_tokens(self) -> int:
@@ -63,12 +70,13 @@ class TokenUsage:
         return sum(self.cached.values())
 
     def account(self, event: Event, n: int) -> None:
-        """Count a finished choice's tokens and its prompt's cached tokens; note when the first
-        text came."""
+        """Count a choice's tokens (as its text arrives, then its final count) and its prompt's
+        cached tokens; note when the first text came."""
         if isinstance(event, TextDelta):
             self.first_text_at = self.first_text_at or time.perf_counter()
+            self.generated[event.index] = max(self.generated.get(event.index, 0), event.generated)
         elif isinstance(event, Finished):
-            self.completion_tokens += event.completion_tokens
+            self.generated[event.index] = event.completion_tokens
             self.cached[event.index // n] = event.cached_tokens
 
 
