@@ -26,8 +26,8 @@ import pytest
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 
+from edgeserve.engine.generating import Generating
 from edgeserve.engine.jobs import Choice, Job
-from edgeserve.engine.worker import Engine
 from tests.integration.conftest import EOS_BAN
 
 ACCESS = "edgeserve.access"
@@ -350,24 +350,24 @@ def check_line(line: Body, api: Api, outcome: Outcome, max_tokens: int) -> None:
 
 
 @contextlib.contextmanager
-def engine_tokens(engine: Engine, *, fail_after: int | None = None) -> Iterator[None]:
+def engine_tokens(*, fail_after: int | None = None) -> Iterator[None]:
     """While inside: each token the engine accounts for waits SLOW_TOKEN_S first (a long
     generation outlives a short deadline on any machine), and with `fail_after` a choice's
     next token after its first `fail_after` raises inside the engine, which ends that request
-    alone with EngineFault."""
-    on_token = engine._on_token
+    alone with EngineFault. (The session's engine is the only one in this process.)"""
+    on_token = Generating._on_token
 
-    def slow_or_failing(job: Job, choice: Choice, token: int | None, logits: Any) -> None:
+    def slow_or_failing(
+        self: Generating, job: Job, choice: Choice, token: int | None, logits: Any
+    ) -> None:
         if fail_after is not None and choice.n_gen >= fail_after:
             raise RuntimeError("a fault injected by the test")
         time.sleep(SLOW_TOKEN_S)
-        on_token(job, choice, token, logits)
+        on_token(self, job, choice, token, logits)
 
-    engine._on_token = slow_or_failing  # type: ignore[method-assign]
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Generating, "_on_token", slow_or_failing)
         yield
-    finally:
-        del engine._on_token
 
 
 @pytest.fixture
@@ -413,7 +413,7 @@ async def test_deadline(
 ) -> None:
     client = await make_client(request_timeout_s=DEADLINE_S)
     body = api.request(LONG_TOKENS, stream) | api.no_eos
-    with engine_tokens(engine):
+    with engine_tokens():
         outcome = await send(client, api, body, rid := new_id())
         line = await access_line(access_log, rid)
     if stream:
@@ -430,7 +430,7 @@ async def test_engine_error(
     client, engine, access_log, api: Api, stream: bool, ending: str
 ) -> None:
     body = api.request(16, stream) | api.no_eos
-    with engine_tokens(engine, fail_after=FAULT_AFTER):
+    with engine_tokens(fail_after=FAULT_AFTER):
         outcome = await send(client, api, body, rid := new_id())
         line = await access_line(access_log, rid)
     if stream:
@@ -447,7 +447,7 @@ async def test_engine_error(
 async def test_client_gone(client, engine, access_log, api: Api, stream: bool, ending: str) -> None:
     body = api.request(LONG_TOKENS, stream) | api.no_eos
     rid = new_id()
-    with engine_tokens(engine):
+    with engine_tokens():
         if stream:
             resp = await client.post(api.path, json=body, headers={"X-Request-Id": rid})
             outcome = await read_events(resp, api, until_output=True)
