@@ -408,9 +408,7 @@ async def test_finished(client, access_log, api: Api, stream: bool, ending: str)
 
 
 @pytest.mark.parametrize(CASE, cases("deadline"))
-async def test_deadline(
-    make_client, engine, access_log, api: Api, stream: bool, ending: str
-) -> None:
+async def test_deadline(make_client, access_log, api: Api, stream: bool, ending: str) -> None:
     client = await make_client(request_timeout_s=DEADLINE_S)
     body = api.request(LONG_TOKENS, stream) | api.no_eos
     with engine_tokens():
@@ -426,9 +424,7 @@ async def test_deadline(
 
 
 @pytest.mark.parametrize(CASE, cases("engine-error"))
-async def test_engine_error(
-    client, engine, access_log, api: Api, stream: bool, ending: str
-) -> None:
+async def test_engine_error(client, access_log, api: Api, stream: bool, ending: str) -> None:
     body = api.request(16, stream) | api.no_eos
     with engine_tokens(fail_after=FAULT_AFTER):
         outcome = await send(client, api, body, rid := new_id())
