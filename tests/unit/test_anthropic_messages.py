@@ -19,7 +19,7 @@ from edgeserve.api.anthropic_messages.translate import (
     prepare_messages,
 )
 from edgeserve.api.anthropic_messages.wire import CountTokensRequest, MessagesRequest
-from edgeserve.api.common.generating_api import TokenUsage
+from edgeserve.api.common.generating_api import ChoiceEnd, TokenUsage
 from edgeserve.api.common.tool_calls import ToolCall
 from edgeserve.api.common.tool_stream import CallArguments, CallStart, Content
 from edgeserve.api.reference.limits import Limits
@@ -309,7 +309,7 @@ def test_stream_events_for_text_then_a_call_then_text():
     ]
     sent = events(stream.pieces(0, pieces, None))
     sent += events(
-        stream.finish(0, Finished(0, "stop", 9, cached_tokens=2), True, None, TokenUsage())
+        stream.finish(ChoiceEnd(Finished(0, "stop", 9, cached_tokens=2), True, None), TokenUsage())
     )
     assert [kind for kind, _ in sent] == [
         "content_block_start",
@@ -347,7 +347,7 @@ def test_stream_events_for_text_then_a_call_then_text():
 
 def test_a_stream_with_no_content_has_no_block():
     stream = messages.MessagesRenderer("m", 7)
-    sent = events(stream.finish(0, Finished(0, "length", 0), False, None, TokenUsage()))
+    sent = events(stream.finish(ChoiceEnd(Finished(0, "length", 0), False, None), TokenUsage()))
     assert [kind for kind, _ in sent] == ["message_delta", "message_stop"]
     assert sent[0][1]["delta"]["stop_reason"] == "max_tokens"
 

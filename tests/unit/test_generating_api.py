@@ -10,6 +10,7 @@ import pytest
 
 from edgeserve.api.common.generating_api import (
     ChoiceAnswer,
+    ChoiceEnd,
     Choices,
     Event,
     GenerationWork,
@@ -55,15 +56,9 @@ class RecordingFakeRenderer:
         self.took.append(bool(loud))
         return [b"event"] * len(loud)
 
-    def finish(
-        self,
-        index: int,
-        finished: Finished,
-        called: bool,
-        logprobs: list[AlignedLogprob] | None,
-        usage: TokenUsage,
-    ) -> list[bytes]:
-        self.calls.append(("finish", index, (finished.reason, called), logprobs))
+    def finish(self, end: ChoiceEnd, usage: TokenUsage) -> list[bytes]:
+        reason = (end.finished.reason, end.called)
+        self.calls.append(("finish", end.finished.index, reason, end.logprobs))
         self.took.append(True)
         return [b"finish"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from edgeserve.api.common.generating_api import TokenUsage
+from edgeserve.api.common.generating_api import ChoiceEnd, TokenUsage
 from edgeserve.api.common.tool_calls import ToolCall
 from edgeserve.api.common.tool_stream import CallArguments, CallStart, Content
 from edgeserve.api.openai_responses.render import ResponsesRenderer, response_body, response_usage
@@ -86,7 +86,9 @@ def test_text_stream() -> None:
         + stream.pieces(0, [Content("Hel")], None)
         + stream.pieces(0, [Content("lo")], None)
     )
-    got = events(frames + stream.finish(0, Finished(0, "stop", 3), False, None, STREAM_USAGE))
+    got = events(
+        frames + stream.finish(ChoiceEnd(Finished(0, "stop", 3), False, None), STREAM_USAGE)
+    )
     assert [e["type"] for e in got] == [
         "response.created",
         "response.in_progress",
@@ -114,7 +116,8 @@ def test_text_stream() -> None:
 def test_empty_cut_stream_has_an_empty_incomplete_message() -> None:
     stream = ResponsesRenderer(REQ)
     got = events(
-        stream.start() + stream.finish(0, Finished(0, "length", 3), False, None, STREAM_USAGE)
+        stream.start()
+        + stream.finish(ChoiceEnd(Finished(0, "length", 3), False, None), STREAM_USAGE)
     )
     assert [e["type"] for e in got][2:] == [
         "response.output_item.added",
@@ -141,7 +144,7 @@ def test_text_then_calls_stream() -> None:
     got = events(
         stream.start()
         + stream.pieces(0, pieces, None)
-        + stream.finish(0, Finished(0, "stop", 3), False, None, STREAM_USAGE)
+        + stream.finish(ChoiceEnd(Finished(0, "stop", 3), False, None), STREAM_USAGE)
     )
     assert [e["type"] for e in got][2:] == [
         "response.output_item.added",

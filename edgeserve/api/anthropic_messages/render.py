@@ -16,7 +16,7 @@ from edgeserve.api.anthropic_messages.wire import (
     TextBlock,
     ToolUseBlock,
 )
-from edgeserve.api.common.generating_api import ChoiceAnswer, TokenUsage
+from edgeserve.api.common.generating_api import ChoiceAnswer, ChoiceEnd, TokenUsage
 from edgeserve.api.common.logprobs import AlignedLogprob, LogprobAligner
 from edgeserve.api.common.tool_calls import ToolCall
 from edgeserve.api.common.tool_stream import CallStart, Content, Piece
@@ -176,17 +176,11 @@ class MessagesRenderer:
             )
         return events
 
-    def finish(
-        self,
-        index: int,
-        finished: Finished,
-        called: bool,
-        logprobs: list[AlignedLogprob] | None,
-        usage: TokenUsage,
-    ) -> list[bytes]:
+    def finish(self, end: ChoiceEnd, usage: TokenUsage) -> list[bytes]:
         """Close the open block; message_delta (stop_reason, usage) and message_stop."""
         events = self._end()
-        reason, sequence = stop_reason(finished, called)
+        finished = end.finished
+        reason, sequence = stop_reason(finished, end.called)
         counts = wire_usage(self._prompt_tokens, finished.completion_tokens, finished.cached_tokens)
         delta = {"stop_reason": reason, "stop_sequence": sequence}
         payload = {"type": "message_delta", "delta": delta, "usage": counts.model_dump()}

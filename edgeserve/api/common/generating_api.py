@@ -80,6 +80,16 @@ class TokenUsage:
             self.cached[event.index // n] = event.cached_tokens
 
 
+@dataclass(frozen=True)
+class ChoiceEnd:
+    """How a streamed choice ended: the engine's event, whether the answer was a tool call, and
+    the log-probability entries no earlier event carried (None when not asked for)."""
+
+    finished: Finished
+    called: bool
+    logprobs: list[AlignedLogprob] | None
+
+
 @dataclass
 class ChoiceAnswer:
     """One choice, whole: its generated text, how it finished (the engine's last event, and its
@@ -116,15 +126,8 @@ class Renderer(Protocol):
         the entries not yet sent, and are taken when any event is returned."""
         ...
 
-    def finish(
-        self,
-        index: int,
-        finished: Finished,
-        called: bool,
-        logprobs: list[AlignedLogprob] | None,
-        usage: TokenUsage,
-    ) -> list[bytes]:
-        """Events ending choice `index` (`called`: its answer was a tool call)."""
+    def finish(self, end: ChoiceEnd, usage: TokenUsage) -> list[bytes]:
+        """Events ending a choice."""
         ...
 
     def end(self, usage: TokenUsage) -> list[bytes]:
@@ -194,8 +197,8 @@ class Choices:
         if isinstance(event, TextDelta):
             return self._pieces(index, calls.feed(event.text) if calls else [Content(event.text)])
         events = self._pieces(index, calls.finish() if calls else [])
-        called = bool(calls and calls.called)
-        return events + self._renderer.finish(index, event, called, self._take(index), usage)
+        end = ChoiceEnd(event, bool(calls and calls.called), self._take(index))
+        return events + self._renderer.finish(end, usage)
 
     def _pieces(self, index: int, pieces: list[Piece]) -> list[bytes]:
         events = self._renderer.pieces(index, pieces, self._peek(index))

@@ -10,7 +10,7 @@ import time
 import uuid
 from collections.abc import Sequence
 
-from edgeserve.api.common.generating_api import ChoiceAnswer, TokenUsage
+from edgeserve.api.common.generating_api import ChoiceAnswer, ChoiceEnd, TokenUsage
 from edgeserve.api.common.logprobs import AlignedLogprob, LogprobAligner
 from edgeserve.api.common.openai_render import (
     build_usage,
@@ -39,7 +39,6 @@ from edgeserve.api.openai_chat.wire import (
     ToolCallDelta,
     TopLogprob,
 )
-from edgeserve.engine.types import Finished
 from edgeserve.errors import ApiError
 
 
@@ -263,17 +262,10 @@ class ChatRenderer:
         """A chunk per piece; the log-probabilities ride on the first."""
         return piece_chunks(self._id, self._model, self._created, pieces, logprobs)
 
-    def finish(
-        self,
-        index: int,
-        finished: Finished,
-        called: bool,
-        logprobs: list[AlignedLogprob] | None,
-        usage: TokenUsage,
-    ) -> list[bytes]:
+    def finish(self, end: ChoiceEnd, usage: TokenUsage) -> list[bytes]:
         """The finish chunk, with the entries no earlier chunk carried."""
-        reason = Finish.TOOL if called else wire_finish_reason(finished.reason)
-        return [finish_chunk(self._id, self._model, self._created, reason, logprobs or None)]
+        reason = Finish.TOOL if end.called else wire_finish_reason(end.finished.reason)
+        return [finish_chunk(self._id, self._model, self._created, reason, end.logprobs or None)]
 
     def end(self, usage: TokenUsage) -> list[bytes]:
         """The usage chunk (with stream_options.include_usage), then `[DONE]`."""

@@ -6,7 +6,7 @@ import time
 import uuid
 from collections.abc import Sequence
 
-from edgeserve.api.common.generating_api import ChoiceAnswer, TokenUsage
+from edgeserve.api.common.generating_api import ChoiceAnswer, ChoiceEnd, TokenUsage
 from edgeserve.api.common.logprobs import AlignedLogprob, LogprobAligner
 from edgeserve.api.common.openai_render import (
     build_usage,
@@ -22,7 +22,6 @@ from edgeserve.api.openai_completions.wire import (
     CompletionLogprobs,
     CompletionResponse,
 )
-from edgeserve.engine.types import Finished
 from edgeserve.errors import ApiError
 
 
@@ -203,18 +202,17 @@ class CompletionsRenderer:
         text = "".join(piece.text for piece in pieces if isinstance(piece, Content))
         return [completion_chunk(self._id, self._model, self._created, index, text, None, logprobs)]
 
-    def finish(
-        self,
-        index: int,
-        finished: Finished,
-        called: bool,
-        logprobs: list[AlignedLogprob] | None,
-        usage: TokenUsage,
-    ) -> list[bytes]:
+    def finish(self, end: ChoiceEnd, usage: TokenUsage) -> list[bytes]:
         """The choice's last chunk: no text, its finish reason, the entries left."""
         return [
             completion_chunk(
-                self._id, self._model, self._created, index, "", finished.reason, logprobs
+                self._id,
+                self._model,
+                self._created,
+                end.finished.index,
+                "",
+                end.finished.reason,
+                end.logprobs,
             )
         ]
 

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from edgeserve.api.common.generating_api import ChoiceAnswer, TokenUsage
+from edgeserve.api.common.generating_api import ChoiceAnswer, ChoiceEnd, TokenUsage
 from edgeserve.api.common.logprobs import AlignedLogprob, LogprobAligner
 from edgeserve.api.common.openai_render import (
     new_tool_call_id,
@@ -39,7 +39,6 @@ from edgeserve.api.openai_responses.wire import (
     ResponseUsage,
     TextConfig,
 )
-from edgeserve.engine.types import Finished
 from edgeserve.errors import ApiError
 
 
@@ -178,17 +177,10 @@ class ResponsesRenderer:
                 events.append(self._arguments_delta(piece))
         return events
 
-    def finish(
-        self,
-        index: int,
-        finished: Finished,
-        called: bool,
-        logprobs: list[AlignedLogprob] | None,
-        usage: TokenUsage,
-    ) -> list[bytes]:
+    def finish(self, end: ChoiceEnd, usage: TokenUsage) -> list[bytes]:
         """Close the last item (an empty message when the answer was empty), then
         `response.completed` or `response.incomplete` with the whole response."""
-        status = _status(finished.reason)
+        status = _status(end.finished.reason)
         events = [] if self._output else self._open_message()
         events += self._close(status)
         response = _response(
