@@ -14,6 +14,7 @@ from edgeserve.engine import worker
 from edgeserve.engine.jobs import EMBED_CHUNK
 from tests.integration.conftest import EOS_BAN
 from tests.integration.engine_idle import assert_engine_idle
+from tests.integration.sse_client import finished_stream
 
 TEXTS = [
     "Hello world",
@@ -148,7 +149,7 @@ async def test_vectors_do_not_depend_on_running_chat_streams(client):
     texts = [LONG_TEXT, *TEXTS[:4]]
     alone = await embed(client, texts)
     results = await asyncio.gather(stream(), embed(client, texts), stream())
-    assert results[0].endswith(b"data: [DONE]\n\n") and results[2].endswith(b"data: [DONE]\n\n")
+    assert finished_stream(results[0])[1] == finished_stream(results[2])[1] == "length"
     for a, b in zip(alone["data"], results[1]["data"], strict=True):
         assert cosine_distance(a["embedding"], b["embedding"]) < MAX_COSINE_DISTANCE
 
