@@ -13,7 +13,7 @@ from llama_cpp import Llama
 from edgeserve.engine import worker
 from edgeserve.engine.jobs import EMBED_CHUNK
 from tests.integration.conftest import EOS_BAN
-from tests.integration.engine_idle import assert_engine_idle
+from tests.integration.engine_idle import assert_engine_idle, assert_left_work_stops
 from tests.integration.sse_client import finished_stream
 
 TEXTS = [
@@ -101,7 +101,9 @@ async def test_disconnect_mid_text_leaves_the_engine_idle_and_the_next_vectors_e
     doomed = asyncio.create_task(embed(client, LONG_TEXT * 8))
     while engine.steps < steps + 2:
         await asyncio.sleep(0.005)
+    left_at = engine.stats().engine_steps
     doomed.cancel()
+    await assert_left_work_stops(engine, left_at)
     await assert_engine_idle(engine)
     body = await embed(client, LONG_TEXT)
     expected = unit(llm.embed(LONG_TEXT, normalize=False))
