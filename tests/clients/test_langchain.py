@@ -2,50 +2,58 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import httpx
 import pytest
 from langchain_openai import ChatOpenAI
 
-from tests.clients.models import CITY_PROMPT, WEATHER_PROMPT, City, get_weather
+from tests.clients.models import (
+    CITY_PROMPT,
+    WEATHER_PROMPT,
+    Answers,
+    City,
+    get_weather,
+    plain_answer,
+)
 from tests.sdk.conftest import base_url
 
 pytestmark = pytest.mark.needs_model
 
+MAX_TOKENS = 48
+HELLO = "Say hello in one word."
+COUNT = "Count from one to five."
+
 
 @pytest.fixture
-async def llm(server) -> AsyncIterator[ChatOpenAI]:
-    http = httpx.AsyncClient()
-    yield ChatOpenAI(
+async def llm(server, answers: Answers) -> ChatOpenAI:
+    return ChatOpenAI(
         base_url=base_url(server),
         api_key="x",
         model="m",
         temperature=0,
-        max_tokens=48,
+        max_tokens=MAX_TOKENS,
         max_retries=0,
-        http_async_client=http,
+        http_async_client=answers.http,
     )
-    await http.aclose()
 
 
-async def test_invoke(llm):
-    message = await llm.ainvoke("Say hello in one word.")
-    assert isinstance(message.content, str) and message.content
+async def test_invoke(llm, aclient):
+    message = await llm.ainvoke(HELLO)
+    assert message.content == await plain_answer(aclient, HELLO, MAX_TOKENS)
     assert message.response_metadata["finish_reason"] in ("stop", "length")
 
 
-async def test_stream(llm):
-    chunks = [chunk async for chunk in llm.astream("Count from one to five.")]
+async def test_stream(llm, aclient):
+    chunks = [chunk async for chunk in llm.astream(COUNT)]
     assert len(chunks) > 2
-    assert "".join(chunk.content for chunk in chunks)
+    assert "".join(chunk.content for chunk in chunks) == await plain_answer(
+        aclient, COUNT, MAX_TOKENS
+    )
 
 
 async def test_a_forced_tool_call(llm):
     message = await llm.bind_tools([get_weather], tool_choice="get_weather").ainvoke(WEATHER_PROMPT)
     [call] = message.tool_calls
     assert call["name"] == "get_weather"
-    assert isinstance(call["args"]["city"], str)
+    assert call["args"] == {"city": "Paris"}
 
 
 async def test_a_streamed_tool_call(llm):
@@ -57,14 +65,15 @@ async def test_a_streamed_tool_call(llm):
         merged += chunk
     [call] = merged.tool_calls
     assert call["name"] == "get_weather"
-    assert isinstance(call["args"]["city"], str)
+    assert call["args"] == {"city": "Paris"}
 
 
 @pytest.mark.parametrize("method", ["json_schema", "function_calling", "json_mode"])
-async def test_structured_output(llm, method):
+async def test_structured_output(llm, answers, method):
     structured = llm.with_structured_output(City, method=method)
     prompt = CITY_PROMPT + (
         " Answer in JSON with keys name and country." if method == "json_mode" else ""
     )
     city = await structured.ainvoke(prompt)
     assert isinstance(city, City)
+    assert city.model_dump() == answers.city()

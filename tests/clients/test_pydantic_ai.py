@@ -3,38 +3,51 @@ streamed as well."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
+import openai
 import pytest
 from pydantic_ai import Agent
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
-from tests.clients.models import CITY_PROMPT, City
+from tests.clients.models import CITY_PROMPT, Answers, City, plain_answer
+from tests.sdk.conftest import base_url
 
 pytestmark = pytest.mark.needs_model
 
-SETTINGS = {"temperature": 0.0, "max_tokens": 64}
+MAX_TOKENS = 64
+SETTINGS = {"temperature": 0.0, "max_tokens": MAX_TOKENS}
+HELLO = "Say hello in one word."
+COUNT = "Count from one to five."
 
 
 @pytest.fixture
-async def model(aclient) -> OpenAIChatModel:
-    return OpenAIChatModel("m", provider=OpenAIProvider(openai_client=aclient))
+async def model(server, answers: Answers) -> AsyncIterator[OpenAIChatModel]:
+    client = openai.AsyncOpenAI(
+        base_url=base_url(server), api_key="x", max_retries=0, http_client=answers.http
+    )
+    yield OpenAIChatModel("m", provider=OpenAIProvider(openai_client=client))
+    await client.close()
 
 
-async def test_text_run(model):
-    result = await Agent(model, model_settings=SETTINGS).run("Say hello in one word.")
-    assert isinstance(result.output, str) and result.output
+async def test_text_run(model, aclient):
+    result = await Agent(model, model_settings=SETTINGS).run(HELLO)
+    assert result.output == await plain_answer(aclient, HELLO, MAX_TOKENS)
 
 
-async def test_structured_run(model):
+async def test_structured_run(model, answers):
     result = await Agent(model, output_type=City, model_settings=SETTINGS).run(CITY_PROMPT)
     assert isinstance(result.output, City)
+    assert result.output.model_dump() == answers.city()
 
 
-async def test_streamed_text_run(model):
+async def test_streamed_text_run(model, aclient):
     agent = Agent(model, model_settings=SETTINGS)
-    async with agent.run_stream("Count from one to five.") as run:
+    async with agent.run_stream(COUNT) as run:
         pieces = [text async for text in run.stream_text(delta=True)]
-    assert len(pieces) > 1 and "".join(pieces)
+    assert len(pieces) > 1
+    assert "".join(pieces) == await plain_answer(aclient, COUNT, MAX_TOKENS)
 
 
 async def test_streamed_structured_run(model):
@@ -42,3 +55,5 @@ async def test_streamed_structured_run(model):
     async with agent.run_stream(CITY_PROMPT) as run:
         partials = [partial async for partial in run.stream_output(debounce_by=None)]
     assert isinstance(partials[-1], City)
+    whole = await agent.run(CITY_PROMPT)  # the same request, not streamed
+    assert partials[-1] == whole.output

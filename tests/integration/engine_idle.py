@@ -45,3 +45,30 @@ async def assert_engine_idle(engine, timeout: float = 10.0) -> None:
     stats = engine.stats()
     assert stats.engine_restarts == 0, "the engine restarted its context"
     assert stats.kv_cells_used == stats.prefix_cache_cells, stats
+
+
+# Decode steps the engine may still run for a client that went away: its close reaches the
+# handler through the event loop, and the handler's abort reaches the engine thread at the
+# start of a step, while that thread steps on.
+STEPS_AFTER_LEAVING = 8
+
+
+async def assert_left_work_stops(engine, left_at: int, stuck_s: float = 10.0) -> None:
+    """A client went away when the engine had run `left_at` decode steps: its work must end
+    (nothing busy or queued) within STEPS_AFTER_LEAVING more steps. Counted in steps, not
+    seconds, so that a fast machine cannot pass by finishing the work (the request's
+    max_tokens must be well above what it generated before it was left) and a slow one does
+    not fail by time; `stuck_s` only bounds a wait in which the engine neither steps nor
+    goes idle."""
+    loop = asyncio.get_running_loop()
+    seen, since = left_at, loop.time()
+    while True:
+        stats = engine.stats()
+        ran = stats.engine_steps - left_at
+        assert ran <= STEPS_AFTER_LEAVING, f"{ran} decode steps after the client left: not aborted"
+        if stats.busy_slots == stats.queue_length == stats.scoring_jobs == 0:
+            return
+        if stats.engine_steps != seen:
+            seen, since = stats.engine_steps, loop.time()
+        assert loop.time() - since < stuck_s, f"no step for {stuck_s} s, yet not idle: {stats}"
+        await asyncio.sleep(0.002)

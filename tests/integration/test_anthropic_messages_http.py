@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.integration.engine_idle import assert_engine_idle
+from tests.integration.engine_idle import assert_engine_idle, assert_left_work_stops
 
 MESSAGES = "/v1/messages"
 ASK = [{"role": "user", "content": "Name three colours."}]
@@ -128,8 +128,10 @@ async def test_disconnect_mid_stream_leaves_the_engine_idle(client, engine):
     for _ in range(5):  # message_start, ping, the call's block start, two pieces of its input
         await resp.content.readuntil(b"\n\n")
     assert engine.stats().busy_slots == 1, "the call is still being generated"
+    left_at = engine.stats().engine_steps
     resp.close()
-    await assert_engine_idle(engine, timeout=2.0)  # well before 1,500 tokens could be made
+    await assert_left_work_stops(engine, left_at)
+    await assert_engine_idle(engine)
     again = await client.post(MESSAGES, json=body(max_tokens=2))
     assert (await again.json())["usage"]["output_tokens"] == 2
     await assert_engine_idle(engine)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from tests.integration.conftest import EOS_BAN
-from tests.integration.engine_idle import assert_engine_idle
+from tests.integration.engine_idle import assert_engine_idle, assert_left_work_stops
 from tests.integration.sse_client import parse_events
 
 URL = "/v1/completions"
@@ -175,5 +175,7 @@ async def test_disconnect_leaves_the_engine_idle(client, engine):
     await resp.content.readline()
     health = await (await client.get("/health")).json()
     assert health["busy_slots"] == 2
+    left_at = engine.stats().engine_steps
     resp.close()
+    await assert_left_work_stops(engine, left_at)
     await assert_engine_idle(engine)

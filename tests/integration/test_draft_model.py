@@ -27,6 +27,7 @@ from edgeserve.engine.types import EngineConfig
 from edgeserve.engine.worker import Engine
 from edgeserve.http.app import create_app
 from tests.fixtures.tiny_reranker import write_tiny_embedder
+from tests.integration.conftest import EOS_BAN
 from tests.integration.engine_idle import assert_engine_idle
 from tests.integration.sse_client import parse_events, stream_text
 from tests.integration.test_server_process import free_port
@@ -152,7 +153,8 @@ async def test_metrics_access_log_and_health_show_the_drafts(draft_client, draft
 
 
 async def test_disconnect_while_drafting_leaves_the_engine_idle(draft_client, draft_engine):
-    resp = await draft_client.post(CHAT, json=chat(COPY, max_tokens=400, stream=True))
+    request = chat(COPY, max_tokens=1000, logit_bias=EOS_BAN, stream=True)
+    resp = await draft_client.post(CHAT, json=request)
     await leave_while_drafting(resp, draft_engine)
     await assert_engine_idle(draft_engine)
 

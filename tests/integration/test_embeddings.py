@@ -13,7 +13,8 @@ from llama_cpp import Llama
 from edgeserve.engine import worker
 from edgeserve.engine.jobs import EMBED_CHUNK
 from tests.integration.conftest import EOS_BAN
-from tests.integration.engine_idle import assert_engine_idle
+from tests.integration.engine_idle import assert_engine_idle, assert_left_work_stops
+from tests.integration.sse_client import finished_stream
 
 TEXTS = [
     "Hello world",
@@ -100,7 +101,9 @@ async def test_disconnect_mid_text_leaves_the_engine_idle_and_the_next_vectors_e
     doomed = asyncio.create_task(embed(client, LONG_TEXT * 8))
     while engine.steps < steps + 2:
         await asyncio.sleep(0.005)
+    left_at = engine.stats().engine_steps
     doomed.cancel()
+    await assert_left_work_stops(engine, left_at)
     await assert_engine_idle(engine)
     body = await embed(client, LONG_TEXT)
     expected = unit(llm.embed(LONG_TEXT, normalize=False))
@@ -148,7 +151,7 @@ async def test_vectors_do_not_depend_on_running_chat_streams(client):
     texts = [LONG_TEXT, *TEXTS[:4]]
     alone = await embed(client, texts)
     results = await asyncio.gather(stream(), embed(client, texts), stream())
-    assert results[0].endswith(b"data: [DONE]\n\n") and results[2].endswith(b"data: [DONE]\n\n")
+    assert finished_stream(results[0])[1] == finished_stream(results[2])[1] == "length"
     for a, b in zip(alone["data"], results[1]["data"], strict=True):
         assert cosine_distance(a["embedding"], b["embedding"]) < MAX_COSINE_DISTANCE
 

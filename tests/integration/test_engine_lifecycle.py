@@ -21,10 +21,14 @@ from edgeserve.engine.client import EngineClient
 from edgeserve.engine.worker import Engine
 from edgeserve.http.app import create_app
 from tests.integration.conftest import EOS_BAN
-from tests.integration.engine_idle import assert_engine_idle
+from tests.integration.engine_idle import assert_engine_idle, assert_left_work_stops
+from tests.integration.sse_client import finished_stream
 
 CHAT = "/v1/chat/completions"
 JSON = {"Content-Type": "application/json"}
+# A request left by its client asks for far more tokens than it generates before it is left
+# plus STEPS_AFTER_LEAVING: only an abort frees its slot in time (an abort costs no more).
+LONG = 1000
 
 
 def as_file(value) -> io.BytesIO:
@@ -49,41 +53,51 @@ async def still_serves(client) -> None:
 
 async def test_disconnect_mid_stream_leaves_the_engine_idle(client, engine):
     resp = await client.post(
-        CHAT, json=body("Tell a story.", max_tokens=400, logit_bias=EOS_BAN, stream=True)
+        CHAT, json=body("Tell a story.", max_tokens=LONG, logit_bias=EOS_BAN, stream=True)
     )
     await read_events(resp, 5)
+    left_at = engine.stats().engine_steps
     resp.close()
+    await assert_left_work_stops(engine, left_at)
     await assert_engine_idle(engine)
     await still_serves(client)
     await assert_engine_idle(engine)
 
 
 async def test_disconnect_mid_tool_call_stream_leaves_the_engine_idle(client, engine):
-    text = {"type": "object", "properties": {"story": {"type": "string"}}, "required": ["story"]}
-    tool = {"type": "function", "function": {"name": "tell", "parameters": text}}
+    # 20 lists of at least 20 numbers (nested, so that the grammar stays small): left to
+    # itself the model's call of a story-telling tool is {"story": "dragon"}, 20 tokens.
+    row = {"type": "array", "items": {"type": "integer"}, "minItems": 20}
+    rows = {"type": "array", "items": row, "minItems": 20}
+    numbers = {"type": "object", "properties": {"rows": rows}, "required": ["rows"]}
+    tool = {"type": "function", "function": {"name": "count", "parameters": numbers}}
     request = body(
-        "Tell a long story about a dragon.",
+        "Count in rows.",
         tools=[tool],
         tool_choice="required",
-        max_tokens=400,
+        max_tokens=LONG,
         temperature=0,
         stream=True,
     )
     resp = await client.post(CHAT, json=request)
     await read_events(resp, 4)  # the role, the call's start, two pieces of its arguments
     assert engine.stats().busy_slots == 1, "the call is still being generated"
+    left_at = engine.stats().engine_steps
     resp.close()
+    await assert_left_work_stops(engine, left_at)
     await assert_engine_idle(engine)
     await still_serves(client)
 
 
 async def test_disconnect_of_a_non_stream_request_leaves_the_engine_idle(client, engine):
     task = asyncio.create_task(
-        client.post(CHAT, json=body("Count.", max_tokens=400, logit_bias=EOS_BAN))
+        client.post(CHAT, json=body("Count.", max_tokens=LONG, logit_bias=EOS_BAN))
     )
     while engine.stats().busy_slots == 0:
         await asyncio.sleep(0.01)
+    left_at = engine.stats().engine_steps
     task.cancel()
+    await assert_left_work_stops(engine, left_at)
     await assert_engine_idle(engine)
 
 
@@ -93,7 +107,7 @@ async def test_disconnect_mid_prefill_while_another_request_waits(client, engine
     # cache consistent (the exact takeover of the freed sequence, and that the answer does not
     # change, are checked bit for bit on FakeBackend; here the batches differ between runs).
     stream = await client.post(
-        CHAT, json=body("Go on.", max_tokens=300, logit_bias=EOS_BAN, stream=True)
+        CHAT, json=body("Go on.", max_tokens=LONG, logit_bias=EOS_BAN, stream=True)
     )
     await read_events(stream, 2)
     long = f"{uuid.uuid4()} " + "The history of the river and its bridges. " * 120
@@ -106,7 +120,9 @@ async def test_disconnect_mid_prefill_while_another_request_waits(client, engine
     doomed.cancel()
     answer = await (await waiter).json()
     assert answer["usage"]["completion_tokens"] == 6
+    left_at = engine.stats().engine_steps
     stream.close()
+    await assert_left_work_stops(engine, left_at)
     await assert_engine_idle(engine)
     again = await (await client.post(CHAT, json=waiter_body)).json()
     assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
@@ -118,7 +134,7 @@ async def test_disconnect_while_queued(client, engine):
     streams = []
     for i in range(8):  # the session engine runs 8 sequences
         resp = await client.post(
-            CHAT, json=body(f"Story {i}.", max_tokens=500, logit_bias=EOS_BAN, stream=True)
+            CHAT, json=body(f"Story {i}.", max_tokens=LONG, logit_bias=EOS_BAN, stream=True)
         )
         await read_events(resp, 1)
         streams.append(resp)
@@ -126,8 +142,10 @@ async def test_disconnect_while_queued(client, engine):
     while engine.stats().queue_length == 0:
         await asyncio.sleep(0.01)
     queued.cancel()
+    left_at = engine.stats().engine_steps
     for resp in streams:
         resp.close()
+    await assert_left_work_stops(engine, left_at)
     await assert_engine_idle(engine)
     await still_serves(client)
 
@@ -179,6 +197,6 @@ async def test_hostile_requests_are_refused_and_running_streams_go_on(client, en
     )
     assert resp_many.status == 400 and "at least" in (await resp_many.json())["detail"]
     assert resp_score.status == 400 and "messages[0]" in (await resp_score.json())["detail"]
-    text = await stream.read()
-    assert text.rstrip().endswith(b"data: [DONE]")
+    _, reason = finished_stream(await stream.read())
+    assert reason == "length", "the stream ran to max_tokens"
     await assert_engine_idle(engine)

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from edgeserve.api.reference.detail import Detail
-from tests.integration.engine_idle import assert_engine_idle
+from tests.integration.engine_idle import assert_engine_idle, assert_left_work_stops
 
 RESPONSES = "/v1/responses"
 COUNTING = {
@@ -67,5 +67,7 @@ async def test_a_client_that_goes_away_stops_the_generation(client, engine):
     for _ in range(5):
         await resp.content.readuntil(b"\n\n")
     assert engine.stats().busy_slots == 1
+    left_at = engine.stats().engine_steps
     resp.close()
+    await assert_left_work_stops(engine, left_at)
     await assert_engine_idle(engine)

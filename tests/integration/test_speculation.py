@@ -11,7 +11,8 @@ import logging
 
 import pytest
 
-from tests.integration.engine_idle import assert_engine_idle
+from tests.integration.conftest import EOS_BAN
+from tests.integration.engine_idle import assert_engine_idle, assert_left_work_stops
 
 CHAT = "/v1/chat/completions"
 PASSAGE = (
@@ -66,18 +67,22 @@ async def test_metrics_count_drafted_and_kept_tokens(client, engine):
 
 
 async def leave_while_drafting(resp, engine) -> None:
-    """Read the stream `resp` until the engine has drafted for it, then go away."""
+    """Read the stream `resp` until the engine has drafted for it, then go away; the
+    generation must stop at once (its max_tokens far away, EOS banned)."""
     drafted, _ = drafts(engine)
     for _ in range(200):
         await resp.content.readuntil(b"\n\n")
         if drafts(engine)[0] > drafted:
             break
     assert drafts(engine)[0] > drafted, "drafts were made before the client left"
+    left_at = engine.stats().engine_steps
     resp.close()
+    await assert_left_work_stops(engine, left_at)
 
 
 async def test_disconnect_while_drafting_leaves_only_verified_cells(client, engine):
-    resp = await client.post(CHAT, json=body(max_tokens=400, temperature=0, stream=True))
+    request = body(max_tokens=1000, temperature=0, logit_bias=EOS_BAN, stream=True)
+    resp = await client.post(CHAT, json=request)
     await leave_while_drafting(resp, engine)
     await assert_engine_idle(engine)
 

@@ -117,23 +117,27 @@ async def test_stream_options_include_usage(aclient):
 
 
 async def test_seed_makes_sampling_repeatable(aclient):
-    async def sample() -> str | None:
+    async def sample(seed: int) -> str | None:
         completion = await aclient.chat.completions.create(
             model="any-model",
             messages=STORY,
             max_tokens=8,
             temperature=1.5,
-            seed=1234,
+            seed=seed,
             logit_bias=EOS_BAN,
         )
         return completion.choices[0].message.content
 
-    # The first call may find the prompt cached by earlier tests or not; the next two find it
+    # The first call may find the prompt cached by earlier tests or not; the next ones find it
     # cached the same way. (llama.cpp's CPU logits depend on where the KV cells sit, so a
     # seed repeats its answer for the same cache state: see README, Engine.)
-    await sample()
-    first, second = await sample(), await sample()
+    await sample(1234)
+    first, second = await sample(1234), await sample(1234)
     assert first and first == second
+    # And the seed is used, at that temperature: a build that samples greedily, or with one
+    # fixed seed, answers the same whatever the seed.
+    others = [await sample(seed) for seed in (1, 2, 3)]
+    assert any(other != first for other in others), (first, others)
 
 
 async def test_stop_string(aclient):

@@ -31,6 +31,7 @@ VOCAB = 40
 EOS = 1
 BOS = 2
 FIRST_LETTER = 8  # tokens 8 … 33 are the letters a … z; the others are spaces
+SPACE = FIRST_LETTER + 26  # the space a prompt is tokenized to
 # A grammar text the fake "parses": "letters" allows letters only; these two misbehave.
 GRAMMAR_RAISES_ON_ADMIT = "raise on admit"
 GRAMMAR_RAISES_ON_SAMPLE = "raise on sample"
@@ -296,9 +297,7 @@ class FakeBackend:
 
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         self.tokenized_bytes += len(text)
-        tokens = [
-            FIRST_LETTER + ord(c) - ord("a") if "a" <= c <= "z" else FIRST_LETTER + 26 for c in text
-        ]
+        tokens = [FIRST_LETTER + ord(c) - ord("a") if "a" <= c <= "z" else SPACE for c in text]
         return [BOS, *tokens] if add_special and self.add_bos else tokens
 
     def detokenize(self, tokens: Sequence[int], *, special: bool) -> str:

@@ -145,12 +145,6 @@ def finishes(events: list) -> dict[int, str]:
     return {e.index: e.reason for e in events if isinstance(e, Finished)}
 
 
-@pytest.fixture(autouse=True)
-def no_leaked_samplers() -> Iterator[None]:
-    FakeSampler.live = 0
-    yield
-
-
 def fresh_answer(prompt: str, n: int = 1, **params) -> list[str]:
     """What a cold engine answers alone."""
     harness = Harness()
@@ -561,12 +555,13 @@ def test_cancel_while_a_grammar_sample_is_in_flight():
     job = submit_with_grammar(h.engine, GRAMMAR_SLOW, events.append, max_tokens=50)
     h.step(2)
     assert job.lead.pending is not None
+    before_cancel = list(events)
     h.engine.cancel(job)
     h.step()
     assert job.state is JobState.CANCELLED and not h.scheduler.has_work()
     time.sleep(0.4)  # the sample in flight returns into a cancelled job
     h.step()
-    assert events == [] or not any(isinstance(e, Finished) for e in events)
+    assert events == before_cancel, "no text, Finished or fault may follow a cancel"
     h.assert_clean()
 
 

@@ -15,8 +15,8 @@ from edgeserve.engine import speculation
 from edgeserve.engine.jobs import JobState
 from edgeserve.engine.speculation import Drafter, NgramIndex, draft_room
 from edgeserve.engine.types import Finished, GrammarSpec, TokenLogprob
-from tests.unit.fake_backend import EOS, FIRST_LETTER, history_logits
-from tests.unit.test_engine_fake_backend import Harness, UnmeasuredCost, answers, finishes
+from tests.unit.fake_backend import EOS, FIRST_LETTER, SPACE, VOCAB, history_logits
+from tests.unit.test_engine_fake_backend import NO_EOS, Harness, UnmeasuredCost, answers, finishes
 
 REPEATING = "abcd efgh abcd efgh abcd efgh abcd"
 CHEAP = 0.3  # a drafted token pays when kept 30% of the time (a row costs 30% of a step)
@@ -112,13 +112,27 @@ def test_answers_are_those_of_one_token_per_step(oracle_drafts, params):
     assert sum(e.draft_accepted for e in counted) == on.engine.stats().draft_accepted_tokens
 
 
+# The scripted model writes random letters, whose n-grams seldom occurred before: left with
+# "a", "b" and a space (and EOS where a case allows it) it repeats itself and the prompt, so
+# the n-gram index drafts, and some drafts are kept.
+A_B_SPACE = {
+    token: -100.0
+    for token in range(VOCAB)
+    if token not in (EOS, FIRST_LETTER, FIRST_LETTER + 1, SPACE)
+}
+
+
 @pytest.mark.parametrize("params", CASES)
 def test_n_gram_drafts_keep_the_answer(params):
     params = dict(params)
     n = params.pop("n", 1)
+    params["logit_bias"] = {**params.get("logit_bias", NO_EOS), **A_B_SPACE}
     plain, _ = run(REPEATING * 3, 0, n, **params)
-    spec, _ = run(REPEATING * 3, 8, n, **params)
+    spec, on = run(REPEATING * 3, 8, n, **params)
     assert per_choice(spec) == per_choice(plain)
+    assert on.engine.stats().draft_tokens > 0, "the n-gram index drafted nothing"
+    kept = on.engine.stats().draft_accepted_tokens
+    assert kept > 0 or params["max_tokens"] <= 3, "no draft was kept"
 
 
 def test_grammar_answers_draft_nothing():
@@ -156,9 +170,12 @@ def test_an_end_inside_a_draft_ends_there(monkeypatch):
 def test_logprobs_come_from_each_verified_row(monkeypatch):
     monkeypatch.setattr(NgramIndex, "continuation", oracle(64))
     spec, on = run(REPEATING, 8, max_tokens=12, logprobs=2)
+    plain, _ = run(REPEATING, 0, max_tokens=12, logprobs=2)
     assert on.engine.stats().draft_accepted_tokens > 0
     entries = [e for e in spec if isinstance(e, TokenLogprob)]
     assert len(entries) == 12 and all(len(e.top) == 2 for e in entries)
+    # FakeBackend's rows do not depend on the batch: the values are those of one row a step.
+    assert entries == [e for e in plain if isinstance(e, TokenLogprob)]
 
 
 # ---- the n-gram index and the adaptive drafter (pure logic) ----------------------------------
