@@ -33,17 +33,21 @@ async def test_choices_hold_their_shared_prompt_once(engine):
     # sequences that held cells, which must be emptied before they share the prompt's.
     await answer(engine, f"{uuid.uuid4()} Hello", n=engine.config.parallel, max_tokens=4)
     await assert_engine_idle(engine)
-    # A start no cached prompt shares: only BOS can be reused from the prompt cache.
-    prompt = f"{uuid.uuid4()} " + "The quick brown fox jumps over the lazy dog. " * 60
+    # A start no cached prompt shares (a uuid alone may share its first characters' tokens with
+    # the answers' above): only BOS can be reused from the prompt cache.
+    prompt = (
+        f"Census of cells {uuid.uuid4()} " + "The quick brown fox jumps over the lazy dog. " * 60
+    )
     n_prompt, seen = await answer(engine, prompt, n=N, max_tokens=MAX_TOKENS)
     assert N * n_prompt > engine.config.n_ctx  # the prompt four times would not fit
     assert all(s.kv_cells_used <= s.n_ctx for s in seen), "kv_cache_usage_ratio over 1"
     # While the four choices run, the cells beyond the free sequences' prompt cache are the
     # prompt once and each choice's tokens so far: at most MAX_TOKENS each, never the prompt
-    # four times (one cell of slack: a BOS reused from a cache other sequences share).
+    # four times (a few cells of slack: a BOS, or a token or two, reused from a cache other
+    # sequences share).
     running = [s.kv_cells_used - s.prefix_cache_cells for s in seen if s.busy_slots == N]
     assert running, "no snapshot while the choices ran"
-    assert all(n_prompt - 1 <= cells <= n_prompt + N * MAX_TOKENS + 1 for cells in running), (
+    assert all(n_prompt - 4 <= cells <= n_prompt + N * MAX_TOKENS + 1 for cells in running), (
         n_prompt,
         running,
     )
