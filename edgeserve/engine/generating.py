@@ -190,7 +190,7 @@ class Generating:
 
     def _emit_text(self, job: Job, choice: Choice, text: str) -> None:
         if text:
-            self.state.emit(job, TextDelta(choice.index, text, choice.n_gen))
+            self.state.emit(job, TextDelta(choice.index, text, choice.n_gen, job.cached))
 
     def _finish(
         self,

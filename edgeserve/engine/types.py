@@ -157,12 +157,14 @@ class ScoreResult:
 
 @dataclass(frozen=True)
 class TextDelta:
-    """New text for choice `index` (always whole UTF-8 characters); `generated` is how many
-    tokens the choice has generated so far, so a request cut short still knows its count."""
+    """New text for choice `index` (always whole UTF-8 characters). `generated` is how many
+    tokens the choice has generated so far and `cached` how many of its prompt's tokens came
+    from the prefix cache, so a request cut short before Finished still knows both."""
 
     index: int
     text: str
     generated: int = 0
+    cached: int = 0
 
 
 @dataclass(frozen=True)

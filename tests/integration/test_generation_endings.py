@@ -442,6 +442,9 @@ async def test_engine_error(client, access_log, api: Api, stream: bool, ending: 
 @pytest.mark.parametrize(CASE, cases("client-gone"))
 async def test_client_gone(client, engine, access_log, api: Api, stream: bool, ending: str) -> None:
     body = api.request(LONG_TOKENS, stream) | api.no_eos
+    # The same prompt once before, so that the cut request's prompt comes from the cache.
+    warm = await client.post(api.path, json=api.request(1, stream=False))
+    assert warm.status == 200, await warm.text()
     rid = new_id()
     with engine_tokens():
         if stream:
@@ -463,3 +466,5 @@ async def test_client_gone(client, engine, access_log, api: Api, stream: bool, e
         line = await access_line(access_log, rid)
     assert line["status"] == 499 and "error_status" not in line, line
     check_line(line, api, outcome, LONG_TOKENS)
+    if outcome.outputs:
+        assert line.get("cached_tokens", 0) > 0, f"the cached prompt is not counted: {line}"

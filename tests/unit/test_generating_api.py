@@ -187,14 +187,17 @@ def test_usage_counts_each_prompt_once_and_every_choice():
 def test_usage_counts_the_tokens_of_choices_cut_short():
     usage = TokenUsage(prompt_tokens=10)
     for event in [
-        TextDelta(0, "a", generated=1),
-        TextDelta(1, "b", generated=2),
-        TextDelta(0, "cd", generated=3),
-        Finished(1, "stop", 4),
+        TextDelta(0, "a", generated=1, cached=6),
+        TextDelta(1, "b", generated=2, cached=6),
+        TextDelta(0, "cd", generated=3, cached=6),
+        Finished(1, "stop", 4, cached_tokens=6),
+        TextDelta(2, "e", generated=1, cached=2),
     ]:
         usage.account(event, n=2)
-    assert usage.generated == {0: 3, 1: 4}
-    assert usage.completion_tokens == 7
+    assert usage.generated == {0: 3, 1: 4, 2: 1}
+    assert usage.completion_tokens == 8
+    assert usage.cached == {0: 6, 1: 2}
+    assert usage.cached_tokens == 8
 
 
 def test_work_counts_its_choices():

@@ -70,11 +70,12 @@ class TokenUsage:
         return sum(self.cached.values())
 
     def account(self, event: Event, n: int) -> None:
-        """Count a choice's tokens (as its text arrives, then its final count) and its prompt's
-        cached tokens; note when the first text came."""
+        """Count a choice's tokens and its prompt's cached tokens (as its text arrives, then at
+        its end); note when the first text came."""
         if isinstance(event, TextDelta):
             self.first_text_at = self.first_text_at or time.perf_counter()
             self.generated[event.index] = max(self.generated.get(event.index, 0), event.generated)
+            self.cached[event.index // n] = event.cached
         elif isinstance(event, Finished):
             self.generated[event.index] = event.completion_tokens
             self.cached[event.index // n] = event.cached_tokens
