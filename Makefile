@@ -21,9 +21,9 @@ BACKEND ?= cpu
 WHEEL_CACHE ?= $(HOME)/.cache/edgeserve/wheels
 ARCH := $(shell uname -m)
 CPU_NAME := $(shell (grep -m1 'model name' /proc/cpuinfo || sysctl -n machdep.cpu.brand_string) 2>/dev/null)
-CMAKE_ARGS_cpu := -DLLAVA_BUILD=OFF -DGGML_NATIVE=ON
-CMAKE_ARGS_cuda := -DLLAVA_BUILD=OFF -DGGML_CUDA=ON $(if $(CUDA_ARCH),-DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCH))
-CMAKE_ARGS_metal := -DLLAVA_BUILD=OFF -DGGML_METAL=ON
+CMAKE_ARGS_cpu := -DLLAVA_BUILD=ON -DMTMD_VIDEO=OFF -DGGML_NATIVE=ON
+CMAKE_ARGS_cuda := -DLLAVA_BUILD=ON -DMTMD_VIDEO=OFF -DGGML_CUDA=ON $(if $(CUDA_ARCH),-DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCH))
+CMAKE_ARGS_metal := -DLLAVA_BUILD=ON -DMTMD_VIDEO=OFF -DGGML_METAL=ON
 LLAMA_CMAKE_ARGS ?= $(CMAKE_ARGS_$(BACKEND))
 # AMX tile code faults under some hypervisors (Firecracker) and repacks the weights a second
 # time in RAM, so x86-64 builds leave it out. Override with LLAMA_CFLAGS= to keep it.

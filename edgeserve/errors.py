@@ -13,6 +13,7 @@
       ├── RequestTooLarge(what, got, limit) a request over a configured engine limit
       ├── UnknownToken(position, token)    a token id outside the model's vocabulary
       └── InvalidPrompt(message)           the chat template refused the conversation
+            └── InvalidMedia(message)      an image or clip that cannot be read or is too big
 
 No module here imports aiohttp, so every layer may use these.
 """
@@ -97,3 +98,8 @@ class UnknownToken(EngineError):
 
 class InvalidPrompt(EngineError):
     """The conversation cannot be turned into a prompt (the chat template refused it)."""
+
+
+class InvalidMedia(InvalidPrompt):
+    """An image or audio clip that cannot be read (not an image, truncated, too many pixels),
+    or media the model does not take; the message says which item and why."""

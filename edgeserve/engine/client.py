@@ -16,6 +16,7 @@ from edgeserve.engine.types import (
     EngineStats,
     Finished,
     GenerationRequest,
+    MediaKind,
     PromptInfo,
     SamplingParams,
     ScoreRequest,
@@ -154,6 +155,12 @@ class EngineClient:
     def tokenizer_info(self) -> TokenizerInfo:
         """The loaded model's tokenizer description (raises EngineStopped before)."""
         return self.engine.tokenizer_info()
+
+    @property
+    def media_kinds(self) -> frozenset[MediaKind]:
+        """The media the model takes besides text ("image", "audio"): empty without --mmproj
+        and before the model is loaded."""
+        return self.engine.media_kinds
 
     @property
     def can_generate(self) -> bool:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from edgeserve.engine.types import ChatPrompt, SamplingParams, TokenizerInfo
+from edgeserve.engine.types import ChatPrompt, MediaKind, SamplingParams, TokenizerInfo
 
 if TYPE_CHECKING:
     import numpy as np
@@ -150,6 +150,7 @@ class Backend(KvCache, Protocol):
     embedder: Embedder
     n_seq: int
     is_classifier: bool
+    media_kinds: frozenset[MediaKind]  # what --mmproj lets the model take besides text
     add_bos: bool
     bos: int
     max_piece_bytes: int

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 if TYPE_CHECKING:
     import numpy as np
 
 FinishReason = Literal["stop", "length", "abort"]
+MediaKind = Literal["image", "audio"]
+
+# Where a media item sits in a ChatTurn's content. Random per process, so no text a client
+# sends can stand for an image.
+MEDIA_MARKER: Final = f"<__edgeserve_media_{secrets.token_hex(8)}__>"
 
 
 @dataclass(frozen=True)
@@ -33,14 +39,28 @@ class EngineConfig:
     max_score_tokens: int = 65536
     grammar_step_limit_s: float = 2.0
     kv_cache_type: str = "f16"
+    mmproj_path: str | None = None
+    max_media_pixels: int = 40_000_000
+    max_media_tokens: int = 4096
+
+
+@dataclass(frozen=True)
+class Media:
+    """An image or audio clip as the client sent it (the file's bytes: png, jpeg, gif, bmp,
+    webp; wav, mp3, flac); decoded and encoded through the projector on a prepare thread."""
+
+    kind: MediaKind
+    data: bytes
 
 
 @dataclass(frozen=True)
 class ChatTurn:
-    """One message as the chat template sees it."""
+    """One message as the chat template sees it: `content` holds one MEDIA_MARKER per item
+    of `media`, in order, where that item sits among the text."""
 
     role: str
     content: str
+    media: tuple[Media, ...] = ()
 
 
 @dataclass(frozen=True)

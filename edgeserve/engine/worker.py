@@ -45,6 +45,7 @@ from edgeserve.engine.types import (
     EngineConfig,
     EngineStats,
     GenerationRequest,
+    MediaKind,
     ScoreRequest,
     Tokenization,
     TokenizerInfo,
@@ -120,6 +121,12 @@ class Engine:
     def can_generate(self) -> bool:
         """False for rank-pooling (classifier / reranker) models; True until one is loaded."""
         return self._stepper is None or not self._stepper.state.backend.is_classifier
+
+    @property
+    def media_kinds(self) -> frozenset[MediaKind]:
+        """What media the loaded model takes besides text (through --mmproj); none before it
+        is loaded."""
+        return frozenset() if self._stepper is None else self._stepper.state.backend.media_kinds
 
     @property
     def native_thread_id(self) -> int | None:

@@ -202,6 +202,7 @@ class FakeBackend:
         self.n_vocab = VOCAB
         self.n_seq = config.parallel
         self.is_classifier = False
+        self.media_kinds: frozenset[str] = frozenset()
         self.add_bos = True
         self.bos = BOS
         self.max_piece_bytes = 1

@@ -21,7 +21,13 @@ from edgeserve.engine.llama.draft_model import LlamaDraftContext
 from edgeserve.engine.llama.model import LoadedModel
 from edgeserve.engine.llama.sampling import Sampler, grammar_sampler
 from edgeserve.engine.ports import DecodeLimits
-from edgeserve.engine.types import ChatPrompt, EngineConfig, SamplingParams, TokenizerInfo
+from edgeserve.engine.types import (
+    ChatPrompt,
+    EngineConfig,
+    MediaKind,
+    SamplingParams,
+    TokenizerInfo,
+)
 
 log = logging.getLogger("edgeserve.engine")
 
@@ -69,6 +75,7 @@ class LlamaBackend:
         self.n_vocab = model.n_vocab
         self.n_seq = config.parallel
         self.is_classifier = model.is_classifier
+        self.media_kinds: frozenset[MediaKind] = frozenset()
         self.add_bos = model.add_bos
         self.bos = model.bos
         self.gpu_offload = model.gpu_offload
