@@ -17,7 +17,7 @@ import numpy as np
 
 from edgeserve.engine.jobs import Choice, Job, Pending
 from edgeserve.engine.loaded import Loaded
-from edgeserve.engine.planning import GenerationPlan
+from edgeserve.engine.planning import GenerationPlan, MediaPlan
 from edgeserve.engine.types import Finished, FinishReason, TextDelta
 
 log = logging.getLogger("edgeserve.engine")
@@ -51,14 +51,8 @@ class Generating:
         """Decode the plan and take in its rows; why the context must be made anew, if it
         must (a decode that raised or returned anything but 0 or 1)."""
         started = time.perf_counter()
-        try:
-            rc = self.backend.decode()
-        except Exception as exc:
-            log.exception("llama_decode raised")
-            rc = f"an exception ({exc})"
-        self.state.tally.steps += 1
+        rc = self._decode(self.backend.decode)
         if rc == 1:
-            self._relieve_kv()
             return None
         if rc != 0:
             return f"llama_decode returned {rc}"
@@ -76,6 +70,33 @@ class Generating:
             except Exception as exc:
                 self.state.fail(job, exc)
         return None
+
+    def run_media(self, plan: MediaPlan) -> str | None:
+        """Decode the plan's media item into its job's sequence; why the context must be
+        made anew, if it must."""
+        span = plan.span
+        seq = plan.job.lead.seq_id
+        rc = self._decode(
+            lambda: self.backend.decode_media(seq, span.start, span.embeddings, span.non_causal)
+        )
+        if rc == 1:
+            return None
+        if rc != 0:
+            return f"llama_decode (media) returned {rc}"
+        self.scheduler.commit_media(plan)
+        return None
+
+    def _decode(self, decode: Callable[[], int]) -> int | str:
+        """Run a decode and count the step; with no room in the KV cache (1), free some."""
+        try:
+            rc: int | str = decode()
+        except Exception as exc:
+            log.exception("llama_decode raised")
+            rc = f"an exception ({exc})"
+        self.state.tally.steps += 1
+        if rc == 1:
+            self._relieve_kv()
+        return rc
 
     def _verify(self, job: Job, choice: Choice, row: int, draft: tuple[int, ...]) -> None:
         """Sample row `row` and the draft's rows after it in order, keeping each drafted token

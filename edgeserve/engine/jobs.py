@@ -71,14 +71,61 @@ Pending = tuple[Future[int | None], np.ndarray]
 
 
 @dataclass(frozen=True, slots=True)
+class MediaSpan:
+    """An image or clip in a prompt: its projector embeddings (one row per position), decoded
+    at positions `start` … `start + n - 1` in place of tokens. The prompt's tokens there are
+    ids no vocabulary has, made from the media's digest (`media_ids`), so a prefix match
+    reuses the same media's cells and never another's."""
+
+    start: int
+    embeddings: np.ndarray
+    non_causal: bool
+
+    @property
+    def n(self) -> int:
+        """The positions it takes."""
+        return len(self.embeddings)
+
+    @property
+    def end(self) -> int:
+        """The first position after it."""
+        return self.start + self.n
+
+
+def media_ids(digest: bytes, n: int) -> list[int]:
+    """The stand-in token ids of a media item's `n` positions: negative, so never a token,
+    and each a function of the digest and the position within the item."""
+    base = int.from_bytes(digest[:8], "little") >> 2
+    return [-1 - ((base + i) % (1 << 62)) for i in range(n)]
+
+
+@dataclass(frozen=True, slots=True)
 class Prompt:
     """A generation request made ready for the engine off its thread (rendered, tokenized,
-    its grammar checked) and sized against the context."""
+    its media encoded, its grammar checked) and sized against the context."""
 
     tokens: list[int]
     max_new: int
     reserve: int
     gbnf: str | None = None
+    media: tuple[MediaSpan, ...] = ()
+
+    def media_at(self, position: int) -> MediaSpan | None:
+        """The media item that starts at `position`, if one does."""
+        return next((span for span in self.media if span.start == position), None)
+
+    def text_end(self, position: int) -> int:
+        """Where the run of tokens from `position` ends: the next media item's start, or the
+        prompt's end."""
+        return next((s.start for s in self.media if s.start >= position), len(self.tokens))
+
+    def whole_media(self, common: int) -> int:
+        """`common` prompt positions, or fewer so that no media item is cut: an item's cells
+        are reused whole or not at all."""
+        for span in self.media:
+            if span.start < common < span.end:
+                return span.start
+        return common
 
 
 @dataclass(eq=False)

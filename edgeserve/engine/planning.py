@@ -8,6 +8,10 @@ prompt tokens as keep the step within (1 + PREFILL_SHARE) times what it costs wi
 streams for about one more step's time per step instead of for its whole prompt. Drafted
 tokens (speculation.py, draft_model.py) ride in the same decode, within DRAFT_SHARE of it
 beside other streams.
+An image or audio clip in a prompt is decoded in a step of its own (`MediaPlan`: its
+embeddings, all in one micro-batch, non-causal where the projector says so); media steps
+alternate with generation steps while other streams run, and a prompt's tokens never run into
+a media item in the same decode.
 Score requests alternate with generation steps: one chunk of one text per turn, decoded alone
 in a separate scoring context (scores must not depend on what else runs), shorter while
 streams wait on it. Embeddings requests take the same turns: one decode of up to EMBED_CHUNK
@@ -29,6 +33,7 @@ from edgeserve.engine.jobs import (
     EmbedJob,
     Job,
     JobState,
+    MediaSpan,
     ScoreJob,
 )
 from edgeserve.engine.ports import Batch, DecodeLimits, EmbedSpan
@@ -101,6 +106,14 @@ class GenerationPlan:
 
 
 @dataclass
+class MediaPlan:
+    """A media step: one image's or clip's embeddings into `job`'s lead sequence."""
+
+    job: Job
+    span: MediaSpan
+
+
+@dataclass
 class ScorePlan:
     """A score step: `take` tokens of `text` from `start`, or (classifier) the whole text."""
 
@@ -123,13 +136,14 @@ class Planner:
         self.draft_model = draft_model  # drafts in place of n-gram lookups when set
         self.step_cost = StepCost()
         self._score_turn = True
+        self._media_turn = True
 
     def plan(
         self, batch: Batch, active: list[Job], scoring: list[ScoreJob | EmbedJob]
-    ) -> GenerationPlan | ScorePlan | EmbedPlan | None:
+    ) -> GenerationPlan | MediaPlan | ScorePlan | EmbedPlan | None:
         """The next step for the `active` generations and the `scoring` jobs: a score chunk,
-        embeddings or a generation batch (written into `batch`), alternating when both wait;
-        None when there is nothing to decode."""
+        embeddings, a prompt's media item or a generation batch (written into `batch`),
+        alternating when several wait; None when there is nothing to decode."""
         batch.clear()
         if scoring and (not active or self._score_turn):
             self._score_turn = False
@@ -139,7 +153,13 @@ class Planner:
                 return EmbedPlan(job, job.next_spans(budget))
             return self._plan_score(job, beside_streams=bool(active))
         self._score_turn = True
-        if not any(job.steppable for job in active):
+        media = [(job, span) for job in active if (span := _media_next(job)) is not None]
+        tokens = any(job.steppable and _media_next(job) is None for job in active)
+        if media and (self._media_turn or not tokens):
+            self._media_turn = False
+            return MediaPlan(*media[0])
+        self._media_turn = True
+        if not tokens:
             return None
         return self._plan_generation(batch, active)
 
@@ -188,8 +208,12 @@ class Planner:
         # work the batch varies anyway, and the extra step would only delay first tokens.
         quiet = not generating and len(prefilling) == 1
         for job in prefilling:
-            left = len(job.tokens) - job.prefilled
-            take = min(batch.room, budget, left - 1 if quiet and left > 1 else left)
+            end = job.prompt.text_end(job.prefilled)
+            left = end - job.prefilled
+            if left == 0:  # a media item is next: it takes a media step
+                continue
+            ending = end == len(job.tokens)
+            take = min(batch.room, budget, left - 1 if quiet and ending and left > 1 else left)
             if take <= 0:
                 break
             last = job.prefilled + take == len(job.tokens)
@@ -237,14 +261,16 @@ class Planner:
     ) -> list[list[int]]:
         """The tokens each stepping choice drafts this step, in order (see speculation.py):
         n-gram lookups, or the draft model asked once for all of them. None for a grammar's
-        detached sampler, and never past `room`, the answer's token limit, the context or the
-        `spare` drafted rows the step may still take (the batch, and beside other streams
-        DRAFT_SHARE of the step)."""
+        detached sampler or (with a draft model) a prompt with media, and never past `room`,
+        the answer's token limit, the context or the `spare` drafted rows the step may still
+        take (the batch, and beside other streams DRAFT_SHARE of the step)."""
         drafts: list[list[int]] = [[] for _ in stepping]
         wants: list[tuple[int, DraftWant]] = []
         for i, (job, choice) in enumerate(stepping):
             if self.draft_max <= 0 or choice.sampler.detached:
                 continue
+            if self.draft_model is not None and job.prompt.media:
+                continue  # the draft model reads tokens; a media item has none
             if choice.drafter is None:
                 choice.drafter = DraftPace() if self.draft_model else Drafter(job.tokens)
             limit = min(
@@ -261,3 +287,10 @@ class Planner:
             for (i, _), draft in zip(wants, made, strict=True):
                 drafts[i] = draft
         return drafts
+
+
+def _media_next(job: Job) -> MediaSpan | None:
+    """The media item a prefilling job decodes next, when its next position starts one."""
+    if job.state is not JobState.PREFILLING:
+        return None
+    return job.prompt.media_at(job.prefilled)

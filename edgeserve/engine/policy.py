@@ -6,9 +6,10 @@ life can be driven by a scripted backend in unit tests.
 Admission is FIFO. A generation needs `n` free sequence ids and a KV reservation of its
 prompt plus `n × min(max_tokens, n_ctx / parallel)` cells; a request alone in the engine is
 always admitted. Its lead sequence is the free one whose cached tokens share the longest
-prefix with its prompt (the prefix cache), the other choices get cleared sequences and a copy
-of the lead's KV once the prompt is in. Which sequences share cells that way is recorded
-(`SharedCells`), so that a cell several sequences hold counts once.
+prefix with its prompt (the prefix cache; a media item is reused whole or not at all), the
+other choices get cleared sequences and a copy of the lead's KV once the prompt is in. Which
+sequences share cells that way is recorded (`SharedCells`), so that a cell several sequences
+hold counts once.
 
 What goes into each decode is planned by `planning.Planner`, which the scheduler owns.
 
@@ -24,7 +25,7 @@ from collections.abc import Callable
 
 from edgeserve.engine.draft_model import DraftModel
 from edgeserve.engine.jobs import AnyJob, Choice, EmbedJob, Job, JobState, ScoreJob
-from edgeserve.engine.planning import EmbedPlan, GenerationPlan, Planner, ScorePlan
+from edgeserve.engine.planning import EmbedPlan, GenerationPlan, MediaPlan, Planner, ScorePlan
 from edgeserve.engine.ports import Batch, KvCache
 from edgeserve.engine.slots import SharedCells, SlotPool
 
@@ -107,6 +108,7 @@ class Scheduler:
                 self.scoring.append(job)
                 continue
             lead, common = self.slots.take_best(job.tokens)
+            common = job.prompt.whole_media(min(common, len(job.tokens) - 1))
             cached = self._reuse_prefix(lead, common, len(job.tokens))
             seqs = [lead] + [self._take_cleared() for _ in range(job.request.n - 1)]
             try:
@@ -257,7 +259,7 @@ class Scheduler:
 
     # ---- planning ---------------------------------------------------------------------------
 
-    def plan(self, batch: Batch) -> GenerationPlan | ScorePlan | EmbedPlan | None:
+    def plan(self, batch: Batch) -> GenerationPlan | MediaPlan | ScorePlan | EmbedPlan | None:
         """The next step (see planning.py), written into `batch` for a generation."""
         return self.planner.plan(batch, self.active, self.scoring)
 
@@ -280,6 +282,11 @@ class Scheduler:
             job.state = JobState.GENERATING
             to_sample.extend((row, job, choice, ()) for choice in job.choices)
         return to_sample
+
+    def commit_media(self, plan: MediaPlan) -> None:
+        """The plan's media item is decoded: its job's prompt goes on after it."""
+        job = plan.job
+        job.prefilled = job.lead.n_past = plan.span.end
 
     def keep(self, choice: Choice, drafted: int, accepted: int) -> None:
         """A verified draft of a live choice: the cells of its rejected tokens are removed."""

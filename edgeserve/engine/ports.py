@@ -20,6 +20,8 @@ from edgeserve.engine.types import ChatPrompt, MediaKind, SamplingParams, Tokeni
 if TYPE_CHECKING:
     import numpy as np
 
+    from edgeserve.engine.images import DecodedImage
+
 
 @dataclass(frozen=True)
 class DecodeLimits:
@@ -42,6 +44,17 @@ class EmbedSpan:
     tokens: Sequence[int]
     start: int
     last: bool
+
+
+@dataclass(frozen=True)
+class MediaEmbeddings:
+    """A media item as the projector made it: one row per position it takes (float32, the
+    model's embedding width), decoded with non-causal attention when `non_causal`; `digest`
+    identifies the item (its pixels or its file)."""
+
+    rows: np.ndarray
+    non_causal: bool
+    digest: bytes
 
 
 class SamplerHandle(Protocol):
@@ -151,6 +164,7 @@ class Backend(KvCache, Protocol):
     n_seq: int
     is_classifier: bool
     media_kinds: frozenset[MediaKind]  # what --mmproj lets the model take besides text
+    max_media_positions: int  # the most positions one media item may take (one micro-batch)
     add_bos: bool
     bos: int
     max_piece_bytes: int
@@ -165,6 +179,18 @@ class Backend(KvCache, Protocol):
         """Decode `batch` in the generation context: 0 done, 1 no room in the KV cache (nothing
         stored), anything else a broken context. Returns once the step is computed (on an
         accelerator too), so its duration is the step's cost (`StepCost`)."""
+        ...
+
+    def decode_media(self, seq: int, start: int, rows: np.ndarray, non_causal: bool) -> int:
+        """Decode a media item's embedding rows into `seq` at positions `start` onwards, in one
+        micro-batch; the status as for `decode`."""
+        ...
+
+    def encode_media(
+        self, media: DecodedImage | bytes, digest: bytes
+    ) -> list[list[int] | MediaEmbeddings]:
+        """An image's pixels or an audio file's bytes through the projector (prepare thread):
+        the tokens around it and its embeddings, in order (raises InvalidMedia)."""
         ...
 
     def new_sampler(

@@ -9,22 +9,33 @@ prompts are used as given, once every id is known to be in the vocabulary.
 
 from __future__ import annotations
 
+import hashlib
 import json
+from dataclasses import replace
 
 from edgeserve import grammars
-from edgeserve.engine.jobs import Prompt
-from edgeserve.engine.ports import Backend
+from edgeserve.engine.images import decode_image
+from edgeserve.engine.jobs import MediaSpan, Prompt, media_ids
+from edgeserve.engine.ports import Backend, MediaEmbeddings
 from edgeserve.engine.scoring import TextState
 from edgeserve.engine.types import (
+    MEDIA_MARKER,
     ChatPrompt,
     EmbedRequest,
     EngineConfig,
     GenerationRequest,
     GrammarSpec,
+    Media,
     ScoreRequest,
     TokenPrompt,
 )
-from edgeserve.errors import InvalidPrompt, PromptTooLong, RequestTooLarge, UnknownToken
+from edgeserve.errors import (
+    InvalidMedia,
+    InvalidPrompt,
+    PromptTooLong,
+    RequestTooLarge,
+    UnknownToken,
+)
 
 
 def grammar_text(spec: GrammarSpec) -> str:
@@ -58,11 +69,14 @@ def known_tokens(n_vocab: int, ids: tuple[int, ...], index: int | None = None) -
 def prepare_generation(
     backend: Backend, config: EngineConfig, request: GenerationRequest
 ) -> Prompt:
-    """Render, bound, tokenize and size a generation; check its grammar. Raises
-    PromptTooLong, UnknownToken or InvalidPrompt."""
+    """Render, bound, tokenize and size a generation, its media encoded; check its grammar.
+    Raises PromptTooLong, UnknownToken, InvalidPrompt (InvalidMedia) or RequestTooLarge."""
     n_ctx = backend.n_ctx
     prompt = request.prompt
-    if isinstance(prompt, TokenPrompt):
+    media: tuple[MediaSpan, ...] = ()
+    if isinstance(prompt, ChatPrompt) and any(turn.media for turn in prompt.messages):
+        tokens, media = _media_prompt(backend, config, prompt)
+    elif isinstance(prompt, TokenPrompt):
         tokens = known_tokens(backend.n_vocab, prompt.ids)
     else:
         tokens = _text_tokens(backend, prompt)
@@ -78,7 +92,7 @@ def prepare_generation(
     max_new = min(wanted, room) if wanted is not None else room
     share = max(1, n_ctx // config.parallel)
     reserve = min(n_ctx, n_prompt + request.n * min(max_new, share))
-    return Prompt(tokens, max_new, reserve, gbnf)
+    return Prompt(tokens, max_new, reserve, gbnf, media)
 
 
 def _text_tokens(backend: Backend, prompt: ChatPrompt | str) -> list[int]:
@@ -95,6 +109,69 @@ def _text_tokens(backend: Backend, prompt: ChatPrompt | str) -> list[int]:
     if chat and backend.add_bos and (not tokens or tokens[0] != backend.bos):
         tokens.insert(0, backend.bos)
     return tokens
+
+
+def _media_prompt(
+    backend: Backend, config: EngineConfig, prompt: ChatPrompt
+) -> tuple[list[int], tuple[MediaSpan, ...]]:
+    """A conversation with media: the rendered text around each item tokenized as a chat's,
+    each item through the projector (the tokens that frame it, then stand-in ids for the
+    positions its embeddings take)."""
+    items = [media for turn in prompt.messages for media in turn.media]
+    text = backend.render(prompt)
+    pieces = text.split(MEDIA_MARKER)
+    if len(pieces) != len(items) + 1:
+        raise InvalidPrompt(
+            "The chat template did not keep each media item once in place "
+            f"({len(pieces) - 1} places for {len(items)} items)"
+        )
+    bound = at_least_tokens(backend, "".join(pieces))
+    if bound >= backend.n_ctx:
+        raise PromptTooLong(bound, backend.n_ctx, at_least=True)
+    tokens: list[int] = []
+    spans: list[MediaSpan] = []
+    positions = 0
+    for number, (piece, media) in enumerate(zip(pieces, [*items, None], strict=True)):
+        tokens += backend.tokenize(piece, add_special=False, parse_special=True)
+        if media is None:
+            break
+        for part in _encoded(backend, config, media, number):
+            if isinstance(part, list):
+                tokens += part
+                continue
+            n = len(part.rows)
+            if n > backend.max_media_positions:
+                raise InvalidMedia(
+                    f"media item {number} takes {n} positions, more than one micro-batch "
+                    f"of {backend.max_media_positions}"
+                )
+            positions += n
+            if positions > config.max_media_tokens:
+                raise RequestTooLarge("media tokens", positions, config.max_media_tokens)
+            spans.append(MediaSpan(len(tokens), part.rows, part.non_causal))
+            tokens += media_ids(part.digest, n)
+    if backend.add_bos and (not tokens or tokens[0] != backend.bos):
+        tokens.insert(0, backend.bos)
+        spans = [replace(span, start=span.start + 1) for span in spans]
+    if not tokens or tokens[-1] < 0:
+        raise InvalidPrompt("The prompt must end with text after its last media item")
+    return tokens, tuple(spans)
+
+
+def _encoded(
+    backend: Backend, config: EngineConfig, media: Media, number: int
+) -> list[list[int] | MediaEmbeddings]:
+    """Media item `number` of a conversation through the projector (InvalidMedia naming it
+    when it cannot be read, or the model does not take its kind)."""
+    if media.kind not in backend.media_kinds:
+        raise InvalidMedia(f"media item {number}: this model takes no {media.kind} input")
+    try:
+        if media.kind == "image":
+            image = decode_image(media.data, config.max_media_pixels)
+            return backend.encode_media(image, image.digest)
+        return backend.encode_media(media.data, hashlib.sha256(b"audio" + media.data).digest())
+    except InvalidMedia as exc:
+        raise InvalidMedia(f"media item {number} ({media.kind}): {exc}") from None
 
 
 def prepare_score(backend: Backend, config: EngineConfig, request: ScoreRequest) -> list[TextState]:

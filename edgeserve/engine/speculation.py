@@ -69,11 +69,14 @@ class NgramIndex:
 
     def continuation(self, k: int) -> list[int]:
         """Up to `k` tokens that followed the latest earlier occurrence of the history's
-        longest repeated tail ([] when no tail of NGRAM_SIZES occurred before)."""
+        longest repeated tail ([] when no tail of NGRAM_SIZES occurred before), up to the
+        first media position (a negative stand-in id, never a token to draft)."""
         for n in NGRAM_SIZES:
             end = self._previous[n]
             if end is not None:
-                return self.tokens[end + 1 : end + 1 + k]
+                following = self.tokens[end + 1 : end + 1 + k]
+                tokens = next((i for i, t in enumerate(following) if t < 0), len(following))
+                return following[:tokens]
         return []
 
 

@@ -17,7 +17,7 @@ from edgeserve.engine.generating import Generating
 from edgeserve.engine.inbox import Inbox
 from edgeserve.engine.jobs import AnyJob
 from edgeserve.engine.loaded import Loaded
-from edgeserve.engine.planning import EmbedPlan, ScorePlan
+from edgeserve.engine.planning import EmbedPlan, MediaPlan, ScorePlan
 from edgeserve.engine.policy import InvariantError
 from edgeserve.engine.ports import Backend
 from edgeserve.engine.score_steps import ScoreSteps
@@ -67,6 +67,8 @@ class Stepper:
             self.scoring.score(plan)
         elif isinstance(plan, EmbedPlan):
             self.scoring.embed(plan)
+        elif isinstance(plan, MediaPlan):
+            broken = self.generating.run_media(plan)
         elif plan is not None:
             broken = self.generating.run(plan)
         if broken is None:

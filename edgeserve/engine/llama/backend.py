@@ -15,12 +15,14 @@ import llama_cpp as lc
 import numpy as np
 
 from edgeserve.engine.chat_template import ChatTemplate, resolve_template
+from edgeserve.engine.images import DecodedImage
 from edgeserve.engine.llama.batch import TokenBatch
 from edgeserve.engine.llama.cells import CellLedger
 from edgeserve.engine.llama.draft_model import LlamaDraftContext
-from edgeserve.engine.llama.model import LoadedModel
+from edgeserve.engine.llama.model import MAX_UBATCH, LoadedModel
+from edgeserve.engine.llama.projector import Projector
 from edgeserve.engine.llama.sampling import Sampler, grammar_sampler
-from edgeserve.engine.ports import DecodeLimits
+from edgeserve.engine.ports import DecodeLimits, MediaEmbeddings
 from edgeserve.engine.types import (
     ChatPrompt,
     EngineConfig,
@@ -28,6 +30,7 @@ from edgeserve.engine.types import (
     SamplingParams,
     TokenizerInfo,
 )
+from edgeserve.errors import InvalidMedia
 
 log = logging.getLogger("edgeserve.engine")
 
@@ -41,7 +44,15 @@ class LlamaBackend:
         self.model = LoadedModel(config, limits)
         self.embedder = self.model
         self.draft_context: LlamaDraftContext | None = None
+        self.projector: Projector | None = None
         try:
+            if config.mmproj_path:
+                self.projector = Projector(
+                    config.mmproj_path,
+                    self.model.model,
+                    n_threads=self.model.n_threads,
+                    use_gpu=self.model.gpu_offload,
+                )
             if config.embedding_model_path:
                 self.embedder = LoadedModel(config, limits, role="embedding")
             if config.draft_model_path:
@@ -75,7 +86,10 @@ class LlamaBackend:
         self.n_vocab = model.n_vocab
         self.n_seq = config.parallel
         self.is_classifier = model.is_classifier
-        self.media_kinds: frozenset[MediaKind] = frozenset()
+        self.media_kinds: frozenset[MediaKind] = (
+            self.projector.kinds if self.projector else frozenset()
+        )
+        self.max_media_positions = min(config.n_batch, MAX_UBATCH)
         self.add_bos = model.add_bos
         self.bos = model.bos
         self.gpu_offload = model.gpu_offload
@@ -93,6 +107,41 @@ class LlamaBackend:
             for seq, pos, n in self.batch.runs:
                 self._cells.stored(seq, pos, n)
         return rc
+
+    def decode_media(self, seq: int, start: int, rows: np.ndarray, non_causal: bool) -> int:
+        """Decode a media item's embedding rows into `seq` (see Backend.decode_media)."""
+        ctx = self.model.ctx
+        n, width = rows.shape
+        batch = lc.llama_batch_init(n, width, 1)
+        try:
+            np.ctypeslib.as_array(batch.embd, shape=(n * width,))[:] = rows.ravel()
+            np.ctypeslib.as_array(batch.pos, shape=(n,))[:] = np.arange(start, start + n)
+            np.ctypeslib.as_array(batch.n_seq_id, shape=(n,))[:] = 1
+            np.ctypeslib.as_array(batch.logits, shape=(n,))[:] = 0
+            for i in range(n):
+                batch.seq_id[i][0] = seq
+            batch.n_tokens = n
+            if non_causal:
+                lc.llama_set_causal_attn(ctx, False)
+            try:
+                rc = lc.llama_decode(ctx, batch)
+            finally:
+                if non_causal:
+                    lc.llama_set_causal_attn(ctx, True)
+            if rc == 0:
+                lc.llama_synchronize(ctx)
+                self._cells.stored(seq, start, n)
+            return rc
+        finally:
+            lc.llama_batch_free(batch)
+
+    def encode_media(
+        self, media: DecodedImage | bytes, digest: bytes
+    ) -> list[list[int] | MediaEmbeddings]:
+        """Through the projector, on a prepare thread (see Backend.encode_media)."""
+        if self.projector is None:
+            raise InvalidMedia("this model takes text only (no --mmproj)")
+        return self.projector.encode(media, digest)
 
     def new_sampler(self, params: SamplingParams, seed_offset: int, gbnf: str | None) -> Sampler:
         """A native sampler chain (and grammar) reading this context's logits."""
@@ -220,7 +269,9 @@ class LlamaBackend:
         self.close_models()
 
     def close_models(self) -> None:
-        """Free the models and their contexts."""
+        """Free the models, their contexts and the projector."""
+        if self.projector is not None:
+            self.projector.close()
         if self.draft_context is not None:
             self.draft_context.close()
         if self.embedder is not self.model:

@@ -53,6 +53,12 @@ def _on_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
         _llama_log.log(py_level, "%s", line)
 
 
+def native_log_callback() -> Any:
+    """The ctypes callback that routes llama.cpp's log lines into the `edgeserve.llama`
+    logger (libmtmd takes it too)."""
+    return _on_llama_log
+
+
 _backend_ready = False
 
 

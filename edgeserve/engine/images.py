@@ -1,0 +1,61 @@
+"""Reading an image a client sent: its size from the header first (a decompression bomb is
+refused before any pixel is decoded), then its pixels as RGB (first frame of an animation,
+transparency dropped). Runs on prepare threads."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import warnings
+from dataclasses import dataclass
+
+from PIL import Image, UnidentifiedImageError
+
+from edgeserve.errors import InvalidMedia
+
+FORMATS = ("PNG", "JPEG", "GIF", "BMP", "WEBP")
+
+
+@dataclass(frozen=True)
+class DecodedImage:
+    """An image as rows of RGB bytes, and a digest of exactly those pixels."""
+
+    width: int
+    height: int
+    rgb: bytes
+
+    @property
+    def digest(self) -> bytes:
+        """SHA-256 of the size and pixels: the same picture in any file format matches."""
+        size = self.width.to_bytes(4, "little") + self.height.to_bytes(4, "little")
+        return hashlib.sha256(b"image" + size + self.rgb).digest()
+
+
+def decode_image(data: bytes, max_pixels: int) -> DecodedImage:
+    """The pixels of a PNG, JPEG, GIF, BMP or WebP file; InvalidMedia for anything else, a
+    truncated file, or one of more than `max_pixels` pixels (checked before decoding)."""
+    if not data:
+        raise InvalidMedia("the image is empty")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(data), formats=FORMATS)
+            width, height = image.size
+            if width * height > max_pixels:
+                raise InvalidMedia(
+                    f"the image is {width}x{height} pixels, more than the limit of "
+                    f"{max_pixels} (--max-media-pixels)"
+                )
+            if width == 0 or height == 0:
+                raise InvalidMedia("the image has no pixels")
+            image.seek(0)
+            rgb = image.convert("RGB")
+            return DecodedImage(width, height, rgb.tobytes())
+    except InvalidMedia:
+        raise
+    except Image.DecompressionBombError as exc:
+        raise InvalidMedia(f"the image is too large to decode: {exc}") from None
+    except UnidentifiedImageError:
+        raise InvalidMedia("the data is not an image of a known format") from None
+    except (OSError, ValueError, SyntaxError) as exc:  # truncated or corrupt data
+        raise InvalidMedia(f"the image could not be decoded: {exc}") from None
