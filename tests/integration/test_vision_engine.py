@@ -1,0 +1,269 @@
+"""Images in the engine, against llama.cpp's own multimodal path run in the test.
+
+The projector is written by the test (tests/fixtures/tiny_projector.py, fixed seed) and loaded
+beside the real default model in an engine of this module's own. Logits are compared bit for
+bit with llama.cpp (libmtmd's tokenizer and chunk evaluation on a fresh context) where the
+cache layout is the same; answers beside other streams are compared with their solo runs
+(llama.cpp's repacked CPU kernels give a row other low bits in another batch, text too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgeserve.config import physical_cores
+from edgeserve.engine.client import EngineClient
+from edgeserve.engine.generating import Generating
+from edgeserve.engine.types import (
+    MEDIA_MARKER,
+    ChatTurn,
+    EngineConfig,
+    Finished,
+    GenerationRequest,
+    Media,
+    SamplingParams,
+    TextDelta,
+)
+from edgeserve.engine.worker import Engine
+from edgeserve.errors import InvalidMedia, RequestTooLarge
+from tests.fixtures.tiny_projector import IMAGE_TOKENS, write_tiny_projector
+from tests.integration.engine_idle import assert_engine_idle
+from tests.integration.vision import chat, image_bytes, image_turn, llama_cpp_logits
+
+N_CTX = 2048
+PARALLEL = 4
+
+
+@pytest.fixture(scope="module")
+def projector(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("projector") / "tiny-mmproj.gguf"
+    write_tiny_projector(path, seed=0)
+    return path
+
+
+@pytest.fixture(scope="module")
+def vision_engine(model_path: Path, projector: Path) -> Iterator[Engine]:
+    eng = Engine(
+        EngineConfig(
+            model_path=str(model_path),
+            mmproj_path=str(projector),
+            n_ctx=N_CTX,
+            parallel=PARALLEL,
+            n_threads=physical_cores(),
+            max_media_tokens=3 * IMAGE_TOKENS,
+        )
+    )
+    eng.start()
+    if not eng.wait_loaded(120):
+        raise RuntimeError(f"the model with the projector failed to load: {eng.load_error}")
+    yield eng
+    eng.close()
+
+
+@pytest.fixture
+def first_rows(monkeypatch: pytest.MonkeyPatch) -> dict[int, tuple[int, np.ndarray]]:
+    """The logits each request's first token was sampled from, and its lead sequence, by
+    id() of its GenerationRequest."""
+    rows: dict[int, tuple[int, np.ndarray]] = {}
+    sampled = Generating._on_sampled
+
+    def spy(self, job, choice, token, row):  # type: ignore[no-untyped-def]
+        if choice.n_gen == 0 and choice.index == 0:
+            rows.setdefault(id(job.request), (choice.seq_id, self.backend.logit_row(row).copy()))
+        return sampled(self, job, choice, token, row)
+
+    monkeypatch.setattr(Generating, "_on_sampled", spy)
+    return rows
+
+
+async def run(engine: Engine, request: GenerationRequest) -> tuple[str, Finished]:
+    text, finished = "", None
+    async with EngineClient(engine).generate(request) as generation:
+        await generation.submit()
+        async for event in generation.events():
+            if isinstance(event, TextDelta):
+                text += event.text
+            elif isinstance(event, Finished):
+                finished = event
+    assert finished is not None
+    return text, finished
+
+
+def greedy(prompt, max_tokens: int = 2) -> GenerationRequest:  # type: ignore[no-untyped-def]
+    return GenerationRequest(prompt, SamplingParams(max_tokens=max_tokens, temperature=0))
+
+
+def reference(model_path: Path, projector: Path, engine: Engine, prompt, images):  # type: ignore[no-untyped-def]
+    return llama_cpp_logits(
+        model_path,
+        projector,
+        engine.backend.render(prompt),
+        images,
+        n_ctx=N_CTX,
+        n_seq=PARALLEL,
+        n_batch=engine.config.n_batch,
+        n_threads=physical_cores(),
+    )
+
+
+async def test_image_logits_equal_llama_cpps_cold_cached_and_on_another_sequence(
+    vision_engine: Engine, model_path: Path, projector: Path, first_rows
+) -> None:
+    image = image_bytes(11)
+    prompt = chat(image_turn("Cold look: what is in ", image, "? One word."))
+    ids, expected = reference(model_path, projector, vision_engine, prompt, [image])
+    assert ids.count(None) == IMAGE_TOKENS
+
+    cold = greedy(prompt)
+    _, finished = await run(vision_engine, cold)
+    first_seq, cold_row = first_rows[id(cold)]
+    assert finished.cached_tokens == 0
+    assert np.array_equal(cold_row, expected)
+
+    again = greedy(prompt)
+    _, finished = await run(vision_engine, again)
+    assert finished.cached_tokens == len(ids) - 1  # the image came from the prefix cache
+    assert np.array_equal(first_rows[id(again)][1], expected)
+
+    other = chat(image_turn("Cold look: what is in ", image_bytes(12), "? One word."))
+    _, other_expected = reference(model_path, projector, vision_engine, other, [image_bytes(12)])
+    request = greedy(other)
+    _, finished = await run(vision_engine, request)
+    row = first_rows[id(request)][1]
+    assert int(row.argmax()) == int(other_expected.argmax())
+    assert not np.allclose(row, expected, atol=1.0)  # another image is never served from the cache
+    assert finished.cached_tokens == ids.index(None)  # the text before the image, no more
+
+    # Other requests take every sequence, the first one's last: the same image in a new
+    # conversation lands on another sequence. llama.cpp's own logits for a sequence depend on
+    # where its cells sit among other sequences' in the unified cache (its fresh-context run
+    # of a text prompt differs by up to 0.8 with 5 cells of another sequence in front), so
+    # there the answer is compared, not the bits.
+    fillers = [
+        greedy(chat(ChatTurn("user", f"Filler {i}: count to five."))) for i in range(PARALLEL)
+    ]
+    fillers[0] = replace(fillers[0], params=SamplingParams(max_tokens=24, temperature=0))
+    await asyncio.gather(*(run(vision_engine, filler) for filler in fillers))
+    moved = chat(image_turn("Elsewhere: what is in ", image, "? One word."))
+    _, moved_expected = reference(model_path, projector, vision_engine, moved, [image])
+    request = greedy(moved)
+    await run(vision_engine, request)
+    seq, row = first_rows[id(request)]
+    assert seq != first_seq
+    assert int(row.argmax()) == int(moved_expected.argmax())
+
+
+async def test_image_answers_beside_text_streams_equal_their_solo_runs(
+    vision_engine: Engine,
+) -> None:
+    images = [image_bytes(21), image_bytes(22, size=(20, 90), fmt="JPEG")]
+    prompts = [
+        chat(image_turn("Side by side, picture A: ", images[0], " Describe it.")),
+        chat(image_turn("Side by side, picture B: ", images[1], " Describe it.")),
+        chat(ChatTurn("user", "Side by side: write a line about rivers.")),
+        chat(ChatTurn("user", "Side by side: write a line about hills.")),
+    ]
+    solo = [await run(vision_engine, greedy(p, 12)) for p in prompts]
+    together = await asyncio.gather(*(run(vision_engine, greedy(p, 12)) for p in prompts))
+    assert [text for text, _ in together] == [text for text, _ in solo]
+
+
+async def test_two_images_across_messages_and_a_repeated_one(vision_engine: Engine) -> None:
+    a, b = image_bytes(31), image_bytes(32)
+    first = chat(
+        image_turn("Two pictures: ", a, " and "),
+        ChatTurn("assistant", "I see them."),
+        image_turn("and this ", b, " one. Compare."),
+    )
+    text, finished = await run(vision_engine, greedy(first, 6))
+    assert finished.completion_tokens > 0 and text
+    swapped = chat(
+        image_turn("Two pictures: ", b, " and "),
+        ChatTurn("assistant", "I see them."),
+        image_turn("and this ", a, " one. Compare."),
+    )
+    _, finished = await run(vision_engine, greedy(swapped, 6))
+    assert finished.cached_tokens < 10  # the first image differs: nothing after it is reused
+
+
+async def test_bad_images_are_refused_and_the_engine_goes_on(vision_engine: Engine) -> None:
+    good = image_bytes(41)
+    cases = {
+        "garbage": b"this is not an image at all",
+        "truncated": good[: len(good) // 2],
+        "empty": b"",
+        "bomb": _bomb_png(),
+    }
+    messages = {}
+    for name, data in cases.items():
+        with pytest.raises(InvalidMedia) as caught:
+            await run(vision_engine, greedy(chat(image_turn("Bad: ", data, " ?"))))
+        messages[name] = str(caught.value)
+        assert messages[name].startswith("media item 0 (image): "), name
+    assert "20000x20000 pixels, more than the limit" in messages["bomb"]
+    too_many = chat(
+        ChatTurn(
+            "user",
+            "".join(f"{i}{MEDIA_MARKER}" for i in range(4)),
+            tuple(Media("image", image_bytes(50 + i)) for i in range(4)),
+        )
+    )
+    with pytest.raises(RequestTooLarge):
+        await run(vision_engine, greedy(too_many))
+    text, _ = await run(vision_engine, greedy(chat(image_turn("Fine: ", good, " ?")), 4))
+    assert text
+    await assert_engine_idle(vision_engine)
+
+
+def _bomb_png() -> bytes:
+    """A 20000×20000 PNG of a few KB: refused from its header, never decoded."""
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("1", (20000, 20000)).save(out, "PNG")
+    return out.getvalue()
+
+
+async def test_a_cancel_during_image_encode_or_decode_leaves_the_engine_idle(
+    vision_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = vision_engine.backend
+    slow_encode, slow_decode = backend.encode_media, backend.decode_media
+    stage: dict[str, float] = {}
+
+    def encode(*args):  # type: ignore[no-untyped-def]
+        stage["encode"] = time.monotonic()
+        time.sleep(0.5)
+        return slow_encode(*args)
+
+    def decode(*args):  # type: ignore[no-untyped-def]
+        stage["decode"] = time.monotonic()
+        time.sleep(0.5)
+        return slow_decode(*args)
+
+    monkeypatch.setattr(backend, "encode_media", encode)
+    monkeypatch.setattr(backend, "decode_media", decode)
+    for wanted in ("encode", "decode"):
+        stage.clear()
+        steps = vision_engine.steps
+        prompt = chat(image_turn(f"Leave during {wanted}: ", image_bytes(60), " ?"))
+        task = asyncio.ensure_future(run(vision_engine, greedy(prompt, 50)))
+        while wanted not in stage:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await assert_engine_idle(vision_engine)
+        stats = vision_engine.stats()
+        assert stats.busy_slots == 0 and stats.queue_length == 0
+        # nothing was generated for it: at most the media step and one more ran
+        assert vision_engine.steps - steps <= 3
