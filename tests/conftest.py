@@ -45,6 +45,46 @@ def engine(model_path: Path) -> Iterator[object]:
     eng.close()
 
 
+VISION_CTX = 2048
+VISION_PARALLEL = 4
+
+
+@pytest.fixture(scope="session")
+def projector(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Gemma 3 vision projector written for the session (tests/fixtures)."""
+    from tests.fixtures.tiny_projector import write_tiny_projector
+
+    path = tmp_path_factory.mktemp("projector") / "tiny-mmproj.gguf"
+    write_tiny_projector(path, seed=0)
+    return path
+
+
+@pytest.fixture(scope="session")
+def vision_engine(model_path: Path, projector: Path) -> Iterator[object]:
+    """A second real engine: the default model with the tiny projector (--mmproj), loaded
+    once, by the tests that send images."""
+    from edgeserve.config import physical_cores
+    from edgeserve.engine.types import EngineConfig
+    from edgeserve.engine.worker import Engine
+    from tests.fixtures.tiny_projector import IMAGE_TOKENS
+
+    eng = Engine(
+        EngineConfig(
+            model_path=str(model_path),
+            mmproj_path=str(projector),
+            n_ctx=VISION_CTX,
+            parallel=VISION_PARALLEL,
+            n_threads=physical_cores(),
+            max_media_tokens=3 * IMAGE_TOKENS,
+        )
+    )
+    eng.start()
+    if not eng.wait_loaded(120):
+        raise RuntimeError(f"the model with the projector failed to load: {eng.load_error}")
+    yield eng
+    eng.close()
+
+
 @pytest.fixture(scope="session")
 def grammar_check(model_path: Path) -> Iterator[object]:
     """The default model's vocabulary alone, for checking answers against grammars."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +23,6 @@ from edgeserve.engine.generating import Generating
 from edgeserve.engine.types import (
     MEDIA_MARKER,
     ChatTurn,
-    EngineConfig,
     Finished,
     GenerationRequest,
     Media,
@@ -33,38 +31,11 @@ from edgeserve.engine.types import (
 )
 from edgeserve.engine.worker import Engine
 from edgeserve.errors import InvalidMedia, RequestTooLarge
-from tests.fixtures.tiny_projector import IMAGE_TOKENS, write_tiny_projector
+from tests.conftest import VISION_CTX as N_CTX
+from tests.conftest import VISION_PARALLEL as PARALLEL
+from tests.fixtures.tiny_projector import IMAGE_TOKENS
 from tests.integration.engine_idle import assert_engine_idle
 from tests.integration.vision import chat, image_bytes, image_turn, llama_cpp_logits
-
-N_CTX = 2048
-PARALLEL = 4
-
-
-@pytest.fixture(scope="module")
-def projector(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("projector") / "tiny-mmproj.gguf"
-    write_tiny_projector(path, seed=0)
-    return path
-
-
-@pytest.fixture(scope="module")
-def vision_engine(model_path: Path, projector: Path) -> Iterator[Engine]:
-    eng = Engine(
-        EngineConfig(
-            model_path=str(model_path),
-            mmproj_path=str(projector),
-            n_ctx=N_CTX,
-            parallel=PARALLEL,
-            n_threads=physical_cores(),
-            max_media_tokens=3 * IMAGE_TOKENS,
-        )
-    )
-    eng.start()
-    if not eng.wait_loaded(120):
-        raise RuntimeError(f"the model with the projector failed to load: {eng.load_error}")
-    yield eng
-    eng.close()
 
 
 @pytest.fixture
