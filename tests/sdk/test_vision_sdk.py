@@ -1,0 +1,191 @@
+"""Images through the official `openai` and `anthropic` SDKs, unchanged, against a server whose
+engine has the tiny projector (tests/fixtures/tiny_projector.py): an `image_url` data URL in
+chat, `input_image` in Responses, an Anthropic `image` block; each answer equals the engine's
+own answer for the same conversation. Bad images are 400s the SDKs raise as BadRequestError,
+and a client that leaves while its image is in the engine leaves it idle."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import AsyncIterator
+
+import aiohttp
+import anthropic
+import openai
+import pytest
+from aiohttp.test_utils import TestServer
+
+from edgeserve.engine.client import EngineClient
+from edgeserve.engine.types import GenerationRequest, SamplingParams, TextDelta
+from edgeserve.http.app import create_app
+from tests.integration.engine_idle import assert_engine_idle
+from tests.integration.vision import chat, image_bytes, image_turn
+from tests.sdk.conftest import TIMEOUT_S, base_url
+
+QUESTION = "What is in this picture? Answer briefly."
+TOKENS = 6
+
+
+@pytest.fixture
+async def vision_server(aiohttp_server, vision_engine, settings) -> TestServer:
+    """The app around the engine with the projector, on a real port."""
+    return await aiohttp_server(create_app(settings, EngineClient(vision_engine)))
+
+
+@pytest.fixture
+async def oai(vision_server: TestServer) -> AsyncIterator[openai.AsyncOpenAI]:
+    client = openai.AsyncOpenAI(
+        base_url=base_url(vision_server), api_key="x", max_retries=0, timeout=TIMEOUT_S
+    )
+    yield client
+    await client.close()
+
+
+def data_url(data: bytes, kind: str = "png") -> str:
+    return f"data:image/{kind};base64,{base64.b64encode(data).decode()}"
+
+
+async def engine_answer(engine, data: bytes) -> str:  # type: ignore[no-untyped-def]
+    """The engine's own greedy answer to QUESTION after the image (no HTTP)."""
+    request = GenerationRequest(
+        chat(image_turn("", data, QUESTION)), SamplingParams(max_tokens=TOKENS, temperature=0)
+    )
+    text = ""
+    async with EngineClient(engine).generate(request) as generation:
+        await generation.submit()
+        async for event in generation.events():
+            if isinstance(event, TextDelta):
+                text += event.text
+    return text
+
+
+async def test_openai_chat_image_url_streamed_and_not(oai, vision_engine) -> None:
+    image = image_bytes(101)
+    expected = await engine_answer(vision_engine, image)
+    content = [
+        {"type": "image_url", "image_url": {"url": data_url(image)}},
+        {"type": "text", "text": QUESTION},
+    ]
+    messages = [{"role": "user", "content": content}]
+    reply = await oai.chat.completions.create(
+        model="m", messages=messages, max_tokens=TOKENS, temperature=0
+    )
+    assert reply.choices[0].message.content == expected
+    assert reply.usage.prompt_tokens > 4  # the image's positions count
+    stream = await oai.chat.completions.create(
+        model="m", messages=messages, max_tokens=TOKENS, temperature=0, stream=True
+    )
+    text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+    assert text == expected
+
+
+async def test_openai_responses_input_image(oai, vision_engine) -> None:
+    image = image_bytes(102)
+    expected = await engine_answer(vision_engine, image)
+    response = await oai.responses.create(
+        model="m",
+        input=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_image", "image_url": data_url(image)},
+                    {"type": "input_text", "text": QUESTION},
+                ],
+            }
+        ],
+        max_output_tokens=TOKENS,
+        temperature=0,
+    )
+    assert response.output_text == expected
+
+
+async def test_anthropic_image_block(vision_server, vision_engine) -> None:
+    image = image_bytes(103)
+    expected = await engine_answer(vision_engine, image)
+    client = anthropic.AsyncAnthropic(
+        base_url=str(vision_server.make_url("")), api_key="x", max_retries=0, timeout=TIMEOUT_S
+    )
+    source = {"type": "base64", "media_type": "image/png", "data": base64.b64encode(image).decode()}
+    message = await client.messages.create(
+        model="m",
+        max_tokens=TOKENS,
+        temperature=0,
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image", "source": source},
+                    {"type": "text", "text": QUESTION},
+                ],
+            }
+        ],
+    )
+    await client.close()
+    assert "".join(block.text for block in message.content if block.type == "text") == expected
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"not an image", image_bytes(104)[:100], None],
+    ids=["garbage", "truncated", "bomb"],
+)
+async def test_bad_images_are_400s_and_the_server_goes_on(oai, vision_engine, payload) -> None:
+    if payload is None:
+        import io
+
+        from PIL import Image
+
+        out = io.BytesIO()
+        Image.new("1", (20000, 20000)).save(out, "PNG")
+        payload = out.getvalue()
+    content = [{"type": "image_url", "image_url": {"url": data_url(payload)}}]
+    with pytest.raises(openai.BadRequestError) as caught:
+        await oai.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": content}], max_tokens=2
+        )
+    assert caught.value.status_code == 400
+    good = [{"type": "image_url", "image_url": {"url": data_url(image_bytes(105))}}]
+    reply = await oai.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": good}], max_tokens=2
+    )
+    assert reply.choices[0].message.content is not None
+
+
+async def test_a_client_leaving_during_its_image_leaves_the_engine_idle(
+    vision_server, vision_engine, monkeypatch
+) -> None:
+    backend = vision_engine.backend
+    encode = backend.encode_media
+    started = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def slow_encode(*args):  # type: ignore[no-untyped-def]
+        loop.call_soon_threadsafe(started.set)
+        import time
+
+        time.sleep(0.5)
+        return encode(*args)
+
+    monkeypatch.setattr(backend, "encode_media", slow_encode)
+    url = data_url(image_bytes(106))
+    body = {
+        "model": "m",
+        "max_tokens": 200,
+        "stream": True,
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image_url", "image_url": {"url": data_url(image_bytes(106))}}
+                ],
+            }
+        ],
+    }
+    async with aiohttp.ClientSession() as session:
+        request = asyncio.ensure_future(
+            session.post(vision_server.make_url("/v1/chat/completions"), json=body)
+        )
+        await asyncio.wait_for(started.wait(), 30)
+        request.cancel()
+    await assert_engine_idle(vision_engine)
