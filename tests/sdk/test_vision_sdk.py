@@ -176,9 +176,7 @@ async def test_a_client_leaving_during_its_image_leaves_the_engine_idle(
         "messages": [
             {
                 "role": "user",
-                "content": [
-                    {"type": "image_url", "image_url": {"url": data_url(image_bytes(106))}}
-                ],
+                "content": [{"type": "image_url", "image_url": {"url": url}}],
             }
         ],
     }
