@@ -54,7 +54,7 @@ def generation_handler(api: GenerationApi[Any, Any]) -> Handler:
 
     async def handle(request: web.Request) -> web.StreamResponse:
         call = await call_for(request, with_body=True)
-        req = await call.off_loop(api.parse, call.body)
+        req = await call.off_loop(api.parse, call.body, call.limits)
         check_can_generate(call.engine.can_generate)
         work: GenerationWork = await call.checks(api.translate(req, call.limits))
         return await _generate(request, call, api, req, work)
