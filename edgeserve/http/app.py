@@ -76,11 +76,6 @@ def create_app(
     app[ENGINE] = engine
     app[METRICS] = Metrics(engine.stats)
     app[ERRORS] = middlewares.reference_error_response
-    fetcher = HttpMediaFetcher(
-        timeout_s=settings.media_fetch_timeout_s,
-        allow_private=settings.allow_private_media_urls,
-    )
-    app.cleanup_ctx.append(functools.partial(_media_fetcher, fetcher))
     limits = limits or replace(
         Limits.from_env(os.environ),
         max_n=settings.max_n,
@@ -90,7 +85,14 @@ def create_app(
         max_media_bytes=settings.max_media_bytes,
         allow_private_media_urls=settings.allow_private_media_urls,
     )
-    app[LIMITS] = limits if limits.fetcher else replace(limits, fetcher=fetcher)
+    if limits.fetcher is None:
+        fetcher = HttpMediaFetcher(
+            timeout_s=settings.media_fetch_timeout_s,
+            allow_private=settings.allow_private_media_urls,
+        )
+        app.cleanup_ctx.append(functools.partial(_media_fetcher, fetcher))
+        limits = replace(limits, fetcher=fetcher)
+    app[LIMITS] = limits
     app[MEDIA_LIMITS] = {}
     paths: set[str] = set()
     for prefix in [""] + ([settings.root_path] if settings.root_path else []):

@@ -251,8 +251,6 @@ def _read_file(source: MediaSource, limits: Limits) -> bytes:
     assert source.path is not None
     try:
         with open(source.path, "rb") as file:
-            if os.fstat(file.fileno()).st_size > limits.max_media_bytes:
-                raise _too_large(source, limits)
             return file.read(limits.max_media_bytes + 1)
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
