@@ -206,12 +206,6 @@ async def check_remote_url(url: str, limits: Limits) -> None:
         raise bad(Detail.URL_PRIVATE)
 
 
-def check_media_count(count: int, limits: Limits) -> None:
-    """400 when a request has more media items than the server takes."""
-    if count > limits.max_media_items:
-        raise bad(Detail.TOO_MANY_MEDIA.format(count=count, limit=limits.max_media_items))
-
-
 async def read_turns(turns: Sequence[PendingTurn], limits: Limits) -> tuple[ChatTurn, ...]:
     """The turns with their media read (see read_media)."""
     media = iter(await read_media([s for turn in turns for s in turn.sources], limits))
@@ -222,9 +216,12 @@ async def read_turns(turns: Sequence[PendingTurn], limits: Limits) -> tuple[Chat
 
 
 async def read_media(sources: Sequence[MediaSource], limits: Limits) -> list[Media]:
-    """Every source's bytes, files and downloads read at once: 413 for one over
-    max_media_bytes, 400 for one that cannot be read or downloaded (the first in order)."""
-    check_media_count(len(sources), limits)
+    """Every source's bytes, files and downloads read at once: 400 for more sources than
+    max_media_items, 413 for one over max_media_bytes, 400 for one that cannot be read or
+    downloaded (the first in order)."""
+    if len(sources) > limits.max_media_items:
+        detail = Detail.TOO_MANY_MEDIA.format(count=len(sources), limit=limits.max_media_items)
+        raise bad(detail)
     tasks = [asyncio.ensure_future(_read(source, limits)) for source in sources]
     try:
         return [await task for task in tasks]
