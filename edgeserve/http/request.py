@@ -11,7 +11,10 @@ from aiohttp import web
 from edgeserve.api.common.call import Call
 from edgeserve.api.reference.limits import Limits
 from edgeserve.api.reference.request import check_api_key, decode_json_body
+from edgeserve.engine.types import MediaKind
 from edgeserve.http.keys import ENGINE, LIMITS, MEDIA_LIMITS, RECORD, SETTINGS
+
+ALL_MEDIA_KINDS: frozenset[MediaKind] = frozenset({"image", "audio"})
 
 # Bodies larger than this are decoded, validated and checked on a worker thread: a request of
 # 100,000 chat messages takes over a second of CPU to parse and check, which on the event loop
@@ -46,9 +49,12 @@ async def call_for(request: web.Request, *, with_body: bool) -> Call:
 
 
 def limits_for(request: web.Request) -> Limits:
-    """The app's limits with the media the model takes now (none until it has loaded), made
-    once per set of media kinds."""
+    """The app's limits with the media the model takes, made once per set of media kinds.
+    While a model with a projector (--mmproj) loads, its kinds are not known yet: media pass
+    the checks, and the engine answers 503 as it does to any request then."""
     kinds = request.config_dict[ENGINE].media_kinds
+    if not kinds and request.config_dict[SETTINGS].mmproj:
+        kinds = ALL_MEDIA_KINDS
     made = request.config_dict[MEDIA_LIMITS]
     limits = made.get(kinds)
     if limits is None:

@@ -153,6 +153,13 @@ async def test_the_limits_follow_the_media_the_loaded_model_takes(make_client, e
     assert prompt.messages[0].media == (Media("image", PNG),)
 
 
+async def test_while_a_projector_loads_media_are_left_to_the_engine(make_client, engine):
+    client = await make_client(mmproj="mmproj.gguf")  # the model has not loaded: no kinds yet
+    status, _ = await post(client, "/v1/chat/completions", chat(image(data_url(PNG))))
+    assert status == 200  # the real engine answers 503 until it has loaded
+    assert engine.prompts[0].messages[0].media == (Media("image", PNG),)
+
+
 async def test_input_audio_is_taken_once_the_model_hears(make_client, engine):
     client = await make_client()
     audio = {
