@@ -293,3 +293,14 @@ async def test_the_fetcher_is_open_while_the_app_runs(aiohttp_client, engine):
     await client.close()
     with pytest.raises(FetchError, match="not serving"):
         await fetcher.fetch("http://93.184.215.14/x.png", 10)
+
+
+async def test_the_prompt_log_shows_media_by_kind(make_client, engine, caplog):
+    engine.media_kinds = frozenset({"image"})
+    client = await make_client(log_prompts=True)
+    body = chat(image(data_url(PNG)), {"type": "text", "text": "and"}, image(data_url(PNG)))
+    with caplog.at_level("DEBUG", logger="edgeserve.prompts"):
+        status, _ = await post(client, "/v1/chat/completions", body)
+    assert status == 200
+    [record] = [r for r in caplog.records if r.name == "edgeserve.prompts"]
+    assert json.loads(record.prompt) == [{"role": "user", "content": "<image>and<image>"}]
