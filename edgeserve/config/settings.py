@@ -87,6 +87,15 @@ class Settings:
         path=True,
         shown="unset: n-gram drafts",
     )
+    mmproj: str | None = _setting(
+        None,
+        values.text,
+        "multimodal projector GGUF of the model (llama.cpp's --mmproj): chat content then takes "
+        "images, and audio where the projector has an audio encoder",
+        "PATH",
+        path=True,
+        shown="unset: text only",
+    )
     host: str = _setting(DEFAULT_HOST, values.text, "bind address", "HOST", env=("API_HOST",))
     port: int = _setting(8000, values.integer(1, 65535), "TCP port", "PORT", env=("API_PORT",))
     ssl_certfile: str | None = _setting(
@@ -193,7 +202,10 @@ class Settings:
         "|".join(KV_CACHE_TYPES),
     )
     max_body_bytes: int = _setting(
-        8 * 1024 * 1024, values.integer(1), "largest request body", "BYTES"
+        32 * 1024 * 1024,
+        values.integer(1),
+        "largest request body (32 MiB: room for one --max-media-bytes image as a base64 data URL)",
+        "BYTES",
     )
     max_n: int = _setting(16, values.integer(1), "largest `n` (choices) per request", "N")
     max_tokens_cap: int | None = _setting(
@@ -202,6 +214,40 @@ class Settings:
         "largest max_tokens per request",
         "N",
         shown="bounded by the context",
+    )
+    max_media_per_request: int = _setting(
+        8, values.integer(1), "most images and audio clips in one request", "N"
+    )
+    max_media_bytes: int = _setting(
+        20 * 1024 * 1024,
+        values.integer(1),
+        "largest image or audio file (a data URL's decoded bytes, a local file, a download); "
+        "larger is a 413",
+        "BYTES",
+    )
+    max_media_pixels: int = _setting(
+        40_000_000,
+        values.integer(1),
+        "most pixels in one image (width × height, read from its header: a larger image, such "
+        "as a decompression bomb, is refused before it is decoded)",
+        "N",
+    )
+    max_media_tokens: int = _setting(
+        4096, values.integer(1), "most tokens the images and audio of one request may take", "N"
+    )
+    media_fetch_timeout_s: float = _setting(
+        10.0,
+        values.seconds(allow_zero=False),
+        "time limit for downloading one media URL, redirects included",
+        "SECONDS",
+    )
+    allow_private_media_urls: bool = _setting(
+        False,
+        values.boolean,
+        "fetch media URLs whose host is a private, loopback, link-local or reserved address "
+        "(refused by default: a client could otherwise make the server reach its own network)",
+        "BOOL",
+        kind="switch",
     )
     max_score_texts: int = _setting(256, values.integer(1), "most texts in one score request", "N")
     max_score_tokens: int = _setting(
@@ -318,4 +364,7 @@ class Settings:
             max_score_tokens=self.max_score_tokens,
             grammar_step_limit_s=self.grammar_step_limit_s,
             kv_cache_type=self.kv_cache_type,
+            mmproj_path=self.mmproj,
+            max_media_pixels=self.max_media_pixels,
+            max_media_tokens=self.max_media_tokens,
         )

@@ -221,6 +221,8 @@ def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         raise ConfigError(f"model file not found: {values['model']}")
     if "embedding_model" in values and not Path(values["embedding_model"]).is_file():
         raise ConfigError(f"embedding model file not found: {values['embedding_model']}")
+    if "mmproj" in values and not Path(values["mmproj"]).is_file():
+        raise ConfigError(f"projector file not found: {values['mmproj']}")
     if "draft_model" in values:
         if not Path(values["draft_model"]).is_file():
             raise ConfigError(f"draft model file not found: {values['draft_model']}")

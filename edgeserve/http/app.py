@@ -4,8 +4,9 @@ have Anthropic's shape."""
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 
 from aiohttp import web
@@ -25,7 +26,16 @@ from edgeserve.config import Settings
 from edgeserve.engine.client import EngineClient
 from edgeserve.http import middlewares
 from edgeserve.http.generation import generation_handler
-from edgeserve.http.keys import ENGINE, ERRORS, KNOWN_PATHS, LIMITS, METRICS, SETTINGS
+from edgeserve.http.keys import (
+    ENGINE,
+    ERRORS,
+    KNOWN_PATHS,
+    LIMITS,
+    MEDIA_LIMITS,
+    METRICS,
+    SETTINGS,
+)
+from edgeserve.http.media_fetch import HttpMediaFetcher
 from edgeserve.http.operations import health, prometheus_metrics
 from edgeserve.http.request import call_for
 from edgeserve.metrics import Metrics
@@ -47,7 +57,9 @@ ANTHROPIC_PREFIX = "/v1/messages"
 def create_app(
     settings: Settings, engine: EngineClient, limits: Limits | None = None
 ) -> web.Application:
-    """Build the app around an engine that the caller owns (starts and closes).
+    """Build the app around an engine that the caller owns (starts and closes). Media URLs
+    are downloaded by an HttpMediaFetcher open while the app runs, unless `limits` bring a
+    fetcher of their own.
 
     Routes answer with and without `settings.root_path`, as the reference's root_path does.
     """
@@ -64,12 +76,24 @@ def create_app(
     app[ENGINE] = engine
     app[METRICS] = Metrics(engine.stats)
     app[ERRORS] = middlewares.reference_error_response
-    app[LIMITS] = limits or replace(
+    limits = limits or replace(
         Limits.from_env(os.environ),
         max_n=settings.max_n,
         max_tokens=settings.max_tokens_cap,
         max_score_texts=settings.max_score_texts,
+        max_media_items=settings.max_media_per_request,
+        max_media_bytes=settings.max_media_bytes,
+        allow_private_media_urls=settings.allow_private_media_urls,
     )
+    if limits.fetcher is None:
+        fetcher = HttpMediaFetcher(
+            timeout_s=settings.media_fetch_timeout_s,
+            allow_private=settings.allow_private_media_urls,
+        )
+        app.cleanup_ctx.append(functools.partial(_media_fetcher, fetcher))
+        limits = replace(limits, fetcher=fetcher)
+    app[LIMITS] = limits
+    app[MEDIA_LIMITS] = {}
     paths: set[str] = set()
     for prefix in [""] + ([settings.root_path] if settings.root_path else []):
         _add_routes(app, prefix, API_ROUTES, paths)
@@ -83,6 +107,13 @@ def create_app(
         paths.update(prefix + route.path for route in anthropic_messages.ROUTES)
     app[KNOWN_PATHS] = frozenset(paths)
     return app
+
+
+async def _media_fetcher(fetcher: HttpMediaFetcher, app: web.Application) -> AsyncIterator[None]:
+    """The media downloads' session, open while the app runs."""
+    await fetcher.start()
+    yield
+    await fetcher.close()
 
 
 def _relative(routes: Sequence[Route]) -> list[Route]:

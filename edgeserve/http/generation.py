@@ -39,7 +39,13 @@ from edgeserve.api.common.generating_api import (
 from edgeserve.api.reference.engine_errors import engine_error, request_timeout
 from edgeserve.api.reference.request import check_can_generate
 from edgeserve.engine.client import Generation
-from edgeserve.engine.types import ChatPrompt, GenerationRequest, PromptInfo
+from edgeserve.engine.types import (
+    MEDIA_MARKER,
+    ChatPrompt,
+    ChatTurn,
+    GenerationRequest,
+    PromptInfo,
+)
 from edgeserve.errors import ApiError, EngineError
 from edgeserve.http.keys import SETTINGS
 from edgeserve.http.request import call_for
@@ -54,7 +60,7 @@ def generation_handler(api: GenerationApi[Any, Any]) -> Handler:
 
     async def handle(request: web.Request) -> web.StreamResponse:
         call = await call_for(request, with_body=True)
-        req = await call.off_loop(api.parse, call.body)
+        req = await call.off_loop(api.parse, call.body, call.limits)
         check_can_generate(call.engine.can_generate)
         work: GenerationWork = await call.checks(api.translate(req, call.limits))
         return await _generate(request, call, api, req, work)
@@ -205,7 +211,7 @@ def _log_prompt(call: Call, work: GenerationRequest) -> None:
     """The conversation as the engine gets it, at debug level (only with --log-prompts)."""
     prompt = work.prompt
     if isinstance(prompt, ChatPrompt):
-        turns = [{"role": turn.role, "content": turn.content} for turn in prompt.messages]
+        turns = [{"role": turn.role, "content": _shown(turn)} for turn in prompt.messages]
         if prompt.system is not None:
             turns.insert(0, {"role": "system", "content": prompt.system})
         text = json.dumps(turns, ensure_ascii=False)
@@ -214,3 +220,10 @@ def _log_prompt(call: Call, work: GenerationRequest) -> None:
     else:
         text = json.dumps(list(prompt.ids))
     prompt_log.debug("prompt", extra={"request_id": call.record.request_id, "prompt": text})
+
+
+def _shown(turn: ChatTurn) -> str:
+    """A turn's text for the log, each media item as <image> or <audio> (not the marker)."""
+    first, *rest = turn.content.split(MEDIA_MARKER)
+    pieces = zip(turn.media, rest, strict=False)
+    return first + "".join(f"<{media.kind}>{text}" for media, text in pieces)

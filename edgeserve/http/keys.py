@@ -10,6 +10,7 @@ from edgeserve.api.common.call import RequestRecord
 from edgeserve.api.reference.limits import Limits
 from edgeserve.config import Settings
 from edgeserve.engine.client import EngineClient
+from edgeserve.engine.types import MediaKind
 from edgeserve.errors import ApiError
 from edgeserve.metrics import Metrics
 
@@ -23,6 +24,7 @@ class ErrorResponder(Protocol):
 SETTINGS = web.AppKey("edgeserve.settings", Settings)
 ENGINE = web.AppKey("edgeserve.engine", EngineClient)
 LIMITS = web.AppKey("edgeserve.limits", Limits)
+MEDIA_LIMITS = web.AppKey("edgeserve.media_limits", dict[frozenset[MediaKind], Limits])
 METRICS = web.AppKey("edgeserve.metrics", Metrics)
 KNOWN_PATHS = web.AppKey("edgeserve.known_paths", frozenset)
 ERRORS = web.AppKey("edgeserve.errors", ErrorResponder)

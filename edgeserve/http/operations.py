@@ -9,6 +9,7 @@ from pathlib import Path
 from aiohttp import web
 
 from edgeserve import metrics
+from edgeserve.api.common.media import input_modalities
 from edgeserve.http.keys import ENGINE, METRICS, SETTINGS
 from edgeserve.http.request import check_key
 
@@ -33,6 +34,7 @@ async def health(request: web.Request) -> web.Response:
         "gpu_offload": stats.gpu_offload,
         "n_gpu_layers": stats.n_gpu_layers,
         "draft_model": Path(stats.draft_model).name if stats.draft_model else None,
+        "input_modalities": input_modalities(request.config_dict[ENGINE].media_kinds),
     }
     return web.Response(
         status=200 if status == "ok" else 503,

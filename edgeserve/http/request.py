@@ -1,15 +1,20 @@
 """Steps every endpoint shares before its own: read and decode the body, check the API key
-(the reference's order), and hand the endpoint a `Call`."""
+(the reference's order), and hand the endpoint a `Call` with the limits it answers under."""
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 from aiohttp import web
 
 from edgeserve.api.common.call import Call
+from edgeserve.api.reference.limits import Limits
 from edgeserve.api.reference.request import check_api_key, decode_json_body
-from edgeserve.http.keys import ENGINE, LIMITS, RECORD, SETTINGS
+from edgeserve.engine.types import MediaKind
+from edgeserve.http.keys import ENGINE, LIMITS, MEDIA_LIMITS, RECORD, SETTINGS
+
+ALL_MEDIA_KINDS: frozenset[MediaKind] = frozenset({"image", "audio"})
 
 # Bodies larger than this are decoded, validated and checked on a worker thread: a request of
 # 100,000 chat messages takes over a second of CPU to parse and check, which on the event loop
@@ -35,12 +40,26 @@ async def call_for(request: web.Request, *, with_body: bool) -> Call:
     return Call(
         body=body,
         engine=request.config_dict[ENGINE],
-        limits=request.config_dict[LIMITS],
+        limits=limits_for(request),
         model_name=settings.model_name,
         timeout_s=settings.request_timeout_s,
         record=request[RECORD],
         large=large,
     )
+
+
+def limits_for(request: web.Request) -> Limits:
+    """The app's limits with the media the model takes, made once per set of media kinds.
+    While a model with a projector (--mmproj) loads, its kinds are not known yet: media pass
+    the checks, and the engine answers 503 as it does to any request then."""
+    kinds = request.config_dict[ENGINE].media_kinds
+    if not kinds and request.config_dict[SETTINGS].mmproj:
+        kinds = ALL_MEDIA_KINDS
+    made = request.config_dict[MEDIA_LIMITS]
+    limits = made.get(kinds)
+    if limits is None:
+        limits = made[kinds] = replace(request.config_dict[LIMITS], media_kinds=kinds)
+    return limits
 
 
 def check_key(request: web.Request) -> None:

@@ -51,7 +51,16 @@ BAD_BASE64 = (
     "messages[0].content[1].{k}.url is a data URI whose payload is not valid base64 data; "
     "encode the file with standard base64."
 )
-TEXT_ONLY = "This model does not accept {m} input (messages[0].content[1]); send text content only."
+TEXT_ONLY = (
+    "messages[0].content[1] is {what}, but this server's model takes text only; start it with "
+    "--mmproj PROJECTOR.gguf (the model's multimodal projector) to send {plural}, or send text "
+    "content only."
+)
+VIDEO = (
+    "messages[0].content[1] is a video, which this server does not take (llama.cpp's "
+    "multimodal library reads video only through an external ffmpeg program); send frames of "
+    "it as images."
+)
 SURROGATE = "{w} contains an unpaired UTF-16 surrogate; send valid Unicode text."
 POSITIVE = '"{n}" must be at least 1, got {v}.'
 OVER = '"{n}" is {v} but this server allows at most {limit}; lower it.'
@@ -297,14 +306,19 @@ FUZZ = [
         id="bad-base64-audio",
     ),
     pytest.param(
-        CHAT, chat(media(PNG)), JSON, 400, TEXT_ONLY.format(m="image"), id="image-for-text-model"
+        CHAT,
+        chat(media(PNG)),
+        JSON,
+        400,
+        TEXT_ONLY.format(what="an image", plural="images"),
+        id="image-for-text-model",
     ),
     pytest.param(
         CHAT,
         chat(media("data:video/mp4;base64,AAAA", "video_url")),
         JSON,
         400,
-        TEXT_ONLY.format(m="video"),
+        VIDEO,
         id="video-for-text-model",
     ),
     pytest.param(
@@ -389,7 +403,12 @@ STREAM_ERRORS = [
     pytest.param(
         chat({"role": "user", "content": None}), 400, NULL_CONTENT.format(i=0), id="null-content"
     ),
-    pytest.param(chat(media(PNG)), 400, TEXT_ONLY.format(m="image"), id="text-only-model"),
+    pytest.param(
+        chat(media(PNG)),
+        400,
+        TEXT_ONLY.format(what="an image", plural="images"),
+        id="text-only-model",
+    ),
     pytest.param(
         chat({"role": "user", "content": "word " * 3000}),
         400,
@@ -415,7 +434,9 @@ async def test_stream_with_empty_tools_list_streams(client):
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
 async def test_body_over_the_limit_is_413(client, chunked):
-    body = b'{"model": "m", "messages": [{"role": "user", "content": "' + b"a" * (9 << 20) + b'"}]}'
+    body = (
+        b'{"model": "m", "messages": [{"role": "user", "content": "' + b"a" * (33 << 20) + b'"}]}'
+    )
     if chunked:
 
         async def pieces():
@@ -430,6 +451,6 @@ async def test_body_over_the_limit_is_413(client, chunked):
             status, ctype, raw = resp.status, resp.headers["Content-Type"], await resp.read()
     assert (status, ctype) == (413, JSON)
     assert raw == detail(
-        "The request body is larger than this server's limit of 8388608 bytes; "
+        "The request body is larger than this server's limit of 33554432 bytes; "
         "send a smaller request."
     )

@@ -167,7 +167,11 @@ def media_files(tmp_path: Path) -> dict[str, Path]:
 
 E7 = "Local file access is disabled."
 E8 = "Invalid or inaccessible file path."
-TEXT_ONLY = "This model does not accept {} input (messages[0].content[1]); send text content only."
+TEXT_ONLY = (
+    "messages[0].content[1] is {}, but this server's model takes text only; start it with "
+    "--mmproj PROJECTOR.gguf (the model's multimodal projector) to send {}, or send text "
+    "content only."
+)
 
 LOCAL_FILE_CASES = [
     # (ALLOW_LOCAL_FILES or None for unset, SAFE_MEDIA_PATH exists, file, kind, status, detail)
@@ -186,10 +190,22 @@ LOCAL_FILE_CASES = [
     # admits a sibling folder that shares the prefix; edgeserve compares path components.
     pytest.param("1", True, "sibling", "image_url", 400, E8, id="E8-prefix-sibling-hardened"),
     pytest.param(
-        "y", True, "inside", "image_url", 400, TEXT_ONLY.format("image"), id="inside-passes-E7-E8"
+        "y",
+        True,
+        "inside",
+        "image_url",
+        400,
+        TEXT_ONLY.format("an image", "images"),
+        id="inside-passes-E7-E8",
     ),
     pytest.param(
-        "1", True, "nested", "audio_url", 400, TEXT_ONLY.format("audio"), id="nested-passes-E7-E8"
+        "1",
+        True,
+        "nested",
+        "audio_url",
+        400,
+        TEXT_ONLY.format("audio", "audio"),
+        id="nested-passes-E7-E8",
     ),
 ]
 

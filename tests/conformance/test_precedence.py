@@ -48,7 +48,9 @@ JSON_INVALID = [
     }
 ]
 TEXT_ONLY = (
-    "This model does not accept image input (messages[0].content[0]); send text content only."
+    "messages[0].content[0] is an image, but this server's model takes text only; start it "
+    "with --mmproj PROJECTOR.gguf (the model's multimodal projector) to send images, or send "
+    "text content only."
 )
 NULL_CONTENT = (
     "messages[0].content is null; give the message a content string "

@@ -129,6 +129,8 @@ def test_env_example_values_load(tmp_path, commented):
     environ.pop("EDGESERVE_MODEL", None)
     if "EDGESERVE_API_KEY_FILE" in environ:
         environ["EDGESERVE_API_KEY_FILE"] = str(keys)
+    if "EDGESERVE_MMPROJ" in environ:
+        environ["EDGESERVE_MMPROJ"] = str(model)  # a file that exists stands for the projector
     settings = load_settings(["--model", str(model)], environ)
     assert settings.host == "0.0.0.0"
     assert settings.log_format == "json"

@@ -181,6 +181,7 @@ async def test_health_and_models(client):
     assert health.status == 200
     data = await health.json()
     assert data["status"] == "ok" and data["n_ctx"] == 2048 and data["parallel"] == 8
+    assert data["input_modalities"] == ["text"]  # no --mmproj
     models = await (await client.get("/v1/models")).json()
     assert models["data"][0]["id"] == "gemma-test"
 

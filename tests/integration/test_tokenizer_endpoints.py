@@ -77,6 +77,7 @@ async def test_tokenizer_info(client):
     assert (info["model_max_length"], info["vocab_size"]) == (2048, 262144)
     assert info["tokenizer_class"] == "llama"
     assert "<start_of_turn>" in info["chat_template"], "the Gemma fallback the server renders"
+    assert info["input_modalities"] == ["text"]
 
 
 async def test_keys_limits_and_metrics_apply(make_client):

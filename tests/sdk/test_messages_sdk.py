@@ -193,8 +193,8 @@ async def test_the_key_is_taken_from_x_api_key_or_a_bearer_token(make_server):
         ),
         ({"tool_choice": {"type": "any"}}, '"tool_choice" has type "any" but the request'),
         (
-            {"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
-            'messages[0].content[0] is a "image" block',
+            {"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]},
+            'messages[0].content[0] is a "document" block',
         ),
     ],
 )

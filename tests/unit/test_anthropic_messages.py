@@ -24,7 +24,7 @@ from edgeserve.api.common.tool_calls import ToolCall
 from edgeserve.api.common.tool_stream import CallArguments, CallStart, Content
 from edgeserve.api.reference.limits import Limits
 from edgeserve.api.reference.request import check_api_key
-from edgeserve.engine.types import ChatTurn, Finished
+from edgeserve.engine.types import ChatPrompt, ChatTurn, Finished
 from edgeserve.errors import ApiError
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}}
@@ -50,19 +50,23 @@ def result(content: Any = "Sunny", **extra: Any) -> dict[str, Any]:
     return {"type": "tool_result", "tool_use_id": "toolu_1", "content": content, **extra}
 
 
-def bad(req: MessagesRequest | CountTokensRequest) -> str:
+async def prompt_of(req: MessagesRequest | CountTokensRequest) -> ChatPrompt:
+    return await (await messages_prompt(req, Limits())).read(Limits())
+
+
+async def bad(req: MessagesRequest | CountTokensRequest, limits: Limits | None = None) -> str:
     with pytest.raises(ApiError) as caught:
-        messages_prompt(req)
+        await prompt_of(req) if limits is None else await prepare_messages(req, limits)
     assert caught.value.status == 400
     return caught.value.detail
 
 
-def test_system_blocks_and_consecutive_turns_are_joined():
+async def test_system_blocks_and_consecutive_turns_are_joined():
     req = request(
         [user("Hi."), user([{"type": "text", "text": "Weather?"}]), assistant("Sure."), user("Go")],
         system=[{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Be kind."}],
     )
-    prompt = messages_prompt(req).prompt
+    prompt = await prompt_of(req)
     assert prompt.system == "Be brief.\n\nBe kind."
     assert prompt.messages == (
         ChatTurn("user", "Hi.\n\nWeather?"),
@@ -72,7 +76,7 @@ def test_system_blocks_and_consecutive_turns_are_joined():
     assert prompt.tools is None
 
 
-def test_tool_use_and_tool_result_become_chats_function_and_tool_turns():
+async def test_tool_use_and_tool_result_become_chats_function_and_tool_turns():
     thinking = {"type": "thinking", "thinking": "hm", "signature": "s"}
     req = request(
         [
@@ -82,17 +86,18 @@ def test_tool_use_and_tool_result_become_chats_function_and_tool_turns():
         ],
         tools=[TOOL],
     )
-    turns = messages_prompt(req).prompt.messages
+    prompt = await prompt_of(req)
+    turns = prompt.messages
     calls = [{"name": "get_weather", "arguments": '{"city": "Paris"}'}]
     assert turns[1] == ChatTurn("function", json.dumps(calls))
     assert turns[2] == ChatTurn("tool", "Sunny\n\nAnd?")
-    tools = json.loads(messages_prompt(req).prompt.tools)
+    tools = json.loads(prompt.tools)
     assert tools == [{"name": "get_weather", "parameters": SCHEMA, "description": "Weather"}]
 
 
-def test_an_error_result_says_so():
+async def test_an_error_result_says_so():
     req = request([user("Q"), assistant([USE]), user([result("no such city", is_error=True)])])
-    assert messages_prompt(req).prompt.messages[2] == ChatTurn("tool", "Error: no such city")
+    assert (await prompt_of(req)).messages[2] == ChatTurn("tool", "Error: no such city")
 
 
 @pytest.mark.parametrize(
@@ -111,15 +116,15 @@ def test_an_error_result_says_so():
             [user("Q"), assistant([result()]), user("A")],
             '"tool_result" block in a message of role "assistant"',
         ),
-        ([user([{"type": "image", "source": {}}])], 'messages[0].content[0] is a "image" block'),
+        ([user([{"type": "document", "source": {}}])], 'messages[0].content[0] is a "document"'),
         (
             [user("Q"), assistant([USE]), user([result([{"type": "document", "source": {}}])])],
             'messages[2].content[0] is a "document" block',
         ),
     ],
 )
-def test_conversations_anthropic_refuses(messages_, says):
-    assert says in bad(request(messages_))
+async def test_conversations_anthropic_refuses(messages_, says):
+    assert says in await bad(request(messages_))
 
 
 @pytest.mark.parametrize(
@@ -132,10 +137,10 @@ def test_conversations_anthropic_refuses(messages_, says):
         ({"type": "tool", "name": "other"}, [("other", {})], True),
     ],
 )
-def test_tool_choice(choice, forced, wanted):
+async def test_tool_choice(choice, forced, wanted):
     other = {"name": "other", "input_schema": {}}
     req = request([user("Q")], tools=[TOOL, other], tool_choice=choice)
-    assert messages_prompt(req).forced == forced
+    assert (await messages_prompt(req, Limits())).forced == forced
     assert messages_calls_wanted(req) is wanted
 
 
@@ -150,8 +155,8 @@ def test_tool_choice(choice, forced, wanted):
         ),
     ],
 )
-def test_tool_choice_refused(fields, says):
-    assert says in bad(request([user("Q")], **fields))
+async def test_tool_choice_refused(fields, says):
+    assert says in await bad(request([user("Q")], **fields))
 
 
 async def test_sampling_and_the_forced_call_grammar():
@@ -190,10 +195,10 @@ async def test_sampling_refused(fields, says):
     assert caught.value.detail.startswith(says)
 
 
-def test_count_tokens_takes_the_same_conversation():
+async def test_count_tokens_takes_the_same_conversation():
     body = {"model": "m", "messages": [user("Q")], "system": "S", "tools": [TOOL]}
-    prompt = prepare_count_tokens(CountTokensRequest.model_validate(body))
-    assert prompt == messages_prompt(request([user("Q")], system="S", tools=[TOOL])).prompt
+    prompt = await prepare_count_tokens(CountTokensRequest.model_validate(body), Limits())
+    assert prompt == await prompt_of(request([user("Q")], system="S", tools=[TOOL]))
 
 
 @pytest.mark.parametrize(

@@ -94,6 +94,7 @@ def test_serve_help_lists_every_flag_and_env_name(capsys):
         (["serve", "--port", "abc"], {}, "invalid --port: 'abc' is not an integer"),
         ([], {"API_PORT": "99999"}, "invalid API_PORT: '99999' must be between 1 and 65535"),
         (["serve", "--model", "/nonexistent.gguf"], {}, "model file not found: /nonexistent.gguf"),
+        ([], {"EDGESERVE_MMPROJ": "/no-mmproj.gguf"}, "projector file not found: /no-mmproj.gguf"),
         (["serve"], {}, config.NO_MODEL),
         (["serve", "--bogus"], {}, "unrecognized arguments: --bogus"),
         (["serve", "--config", "/no.toml"], {}, "config file not found: /no.toml"),

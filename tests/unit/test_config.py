@@ -64,6 +64,7 @@ def test_defaults(model):
         model=str(model),
         embedding_model=None,
         draft_model=None,
+        mmproj=None,
         host="127.0.0.1",
         port=8000,
         ssl_certfile=None,
@@ -84,9 +85,15 @@ def test_defaults(model):
         no_mmap=False,
         mlock=False,
         kv_cache_type="f16",
-        max_body_bytes=8 * 1024 * 1024,
+        max_body_bytes=32 * 1024 * 1024,
         max_n=16,
         max_tokens_cap=None,
+        max_media_per_request=8,
+        max_media_bytes=20 * 1024 * 1024,
+        max_media_pixels=40_000_000,
+        max_media_tokens=4096,
+        media_fetch_timeout_s=10.0,
+        allow_private_media_urls=False,
         request_timeout_s=600.0,
         drain_timeout_s=30.0,
         engine_stall_s=120.0,
@@ -178,6 +185,27 @@ PRECEDENCE = [
         (True, False, True, False),
     ),
     (
+        "max_media_bytes",
+        ["--max-media-bytes", "1000"],
+        ("EDGESERVE_MAX_MEDIA_BYTES", "2000"),
+        "max-media-bytes = 3000",
+        (1000, 2000, 3000, 20 * 1024 * 1024),
+    ),
+    (
+        "allow_private_media_urls",
+        ["--allow-private-media-urls"],
+        ("EDGESERVE_ALLOW_PRIVATE_MEDIA_URLS", "false"),
+        "allow_private_media_urls = true",
+        (True, False, True, False),
+    ),
+    (
+        "media_fetch_timeout_s",
+        ["--media-fetch-timeout-s", "2.5"],
+        ("EDGESERVE_MEDIA_FETCH_TIMEOUT_S", "3"),
+        "media-fetch-timeout-s = 4",
+        (2.5, 3.0, 4.0, 10.0),
+    ),
+    (
         "log_level",
         ["--log-level", "DEBUG"],
         ("EDGESERVE_LOG_LEVEL", "warning"),
@@ -201,7 +229,7 @@ def test_precedence(tmp_path, model, name, flag, env, line, expected):
     assert got == expected
 
 
-@pytest.mark.parametrize("name", ["embedding_model", "draft_model"])
+@pytest.mark.parametrize("name", ["embedding_model", "draft_model", "mmproj"])
 def test_a_second_model_from_flag_env_or_file(tmp_path, model, name):
     key = name.replace("_", "-")
     files = [write(tmp_path / f"second-{letter}.gguf", "GGUF") for letter in "abc"]
@@ -407,6 +435,28 @@ BAD = [
     ),
     ([], {}, 'embedding-model = "none.gguf"', "embedding model file not found: {tmp}/none.gguf"),
     (["--draft-model", "{tmp}/none.gguf"], {}, None, "draft model file not found: {tmp}/none.gguf"),
+    (["--mmproj", "{tmp}/none.gguf"], {}, None, "projector file not found: {tmp}/none.gguf"),
+    ([], {"EDGESERVE_MMPROJ": "{tmp}"}, None, "projector file not found: {tmp}"),
+    ([], {}, 'mmproj = "none.gguf"', "projector file not found: {tmp}/none.gguf"),
+    (
+        ["--max-media-per-request", "0"],
+        {},
+        None,
+        "invalid --max-media-per-request: '0' must be at least 1",
+    ),
+    (["--max-media-bytes", "1e6"], {}, None, "invalid --max-media-bytes: '1e6' is not an integer"),
+    (
+        ["--media-fetch-timeout-s", "0"],
+        {},
+        None,
+        "invalid --media-fetch-timeout-s: '0' must be greater than 0",
+    ),
+    (
+        [],
+        {},
+        "max-media-pixels = -1",
+        "invalid 'max_media_pixels' in {conf}: -1 must be at least 1",
+    ),
     (
         ["--draft-model", "{conf}", "--draft-max", "0"],
         {},
@@ -617,6 +667,10 @@ def test_engine_config(model):
             "--chat-template=gemma",
             "--flash-attn=yes",
             "--mlock",
+            "--mmproj",
+            str(model),
+            "--max-media-pixels=1000000",
+            "--max-media-tokens=512",
         ],
         {},
     )
@@ -633,6 +687,9 @@ def test_engine_config(model):
         flash_attn=True,
         use_mmap=True,
         use_mlock=True,
+        mmproj_path=str(model),
+        max_media_pixels=1_000_000,
+        max_media_tokens=512,
     )
 
 

@@ -22,6 +22,7 @@ WEATHER = {
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
 }
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+PNG = "data:image/png;base64,iVBORw0KGgo="
 
 
 def body(**fields: Any) -> dict[str, Any]:
@@ -251,9 +252,33 @@ ERRORS = [
         '"max_output_tokens" is 101 but this server allows at most 100; lower it.',
     ),
     (
-        "an image part",
+        "a file part",
+        {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
+        Detail.PART_UNSUPPORTED.format(index=0, part=0, type="input_file"),
+    ),
+    (
+        "an image part whose URL is a path",
         {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
-        Detail.PART_UNSUPPORTED.format(index=0, part=0, type="input_image"),
+        'input[0].content[0].image_url must be a data URL ("data:image/png;base64,...") or an '
+        "http(s) URL; send the image as one of those.",
+    ),
+    (
+        "an image part by file_id",
+        {"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "file-1"}]}]},
+        'input[0].content[0] is an "input_image" with a "file_id": this server keeps no files; '
+        'send the image in "image_url" as a data URL or an http(s) URL.',
+    ),
+    (
+        "an image in a system message",
+        {"input": [{"role": "system", "content": [{"type": "input_image", "image_url": PNG}]}]},
+        "input[0].content[0] is an image in a system message; put images in user messages.",
+    ),
+    (
+        "an image for a text-only model",
+        {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": PNG}]}]},
+        Detail.MEDIA_TEXT_ONLY.format(
+            where="messages[0].content[0]", what="an image", plural="images"
+        ),
     ),
     (
         "a text part without text",

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,9 @@ from edgeserve.engine.types import ChatTurn, SamplingParams, ScoreRequest
 URL_PRIVATE = "Invalid URL: 403: Access to private or reserved IP addresses is not allowed."
 URL_SCHEME = "Invalid URL: 400: Only HTTP/HTTPS URLs are allowed."
 PNG = "data:image/png;base64,iVBORw0KGgo="
+TEXT_ONLY_IMAGE = Detail.MEDIA_TEXT_ONLY.format(
+    where="messages[0].content[0]", what="an image", plural="images"
+)
 SURROGATE = json.loads('"\\ud800"')
 
 
@@ -231,7 +233,7 @@ async def test_local_files(
     error = await reject(chat(user([media(url)])), limits)
     assert error.status == status
     if detail == "text-only":
-        assert error.detail.startswith("This model does not accept image input")
+        assert error.detail == TEXT_ONLY_IMAGE
     else:
         assert error.detail == detail
 
@@ -400,22 +402,28 @@ DIVERGENCES = [
     (
         "image for a text-only model",
         chat(user([text("what is this?"), media(PNG)])),
-        "This model does not accept image input (messages[0].content[1]); send text content only.",
+        "messages[0].content[1] is an image, but this server's model takes text only; start it "
+        "with --mmproj PROJECTOR.gguf (the model's multimodal projector) to send images, or "
+        "send text content only.",
     ),
     (
         "public image URL for a text-only model",
         chat(user([media("http://8.8.8.8/cat.png")])),
-        Detail.MEDIA_UNSUPPORTED.format(media="image", where="messages[0].content[0]"),
+        TEXT_ONLY_IMAGE,
     ),
     (
         "video for a text-only model",
         chat(user([media("data:video/mp4;base64,AAAA", "video_url")])),
-        Detail.MEDIA_UNSUPPORTED.format(media="video", where="messages[0].content[0]"),
+        "messages[0].content[0] is a video, which this server does not take (llama.cpp's "
+        "multimodal library reads video only through an external ffmpeg program); send frames "
+        "of it as images.",
     ),
     (
         "audio for a text-only model",
         chat(user([media("data:audio/mp3;base64,AAAA", "audio_url")])),
-        Detail.MEDIA_UNSUPPORTED.format(media="audio", where="messages[0].content[0]"),
+        "messages[0].content[0] is audio, but this server's model takes text only; start it "
+        "with --mmproj PROJECTOR.gguf (the model's multimodal projector) to send audio, or "
+        "send text content only.",
     ),
     (
         "tool without function",
@@ -706,41 +714,6 @@ async def test_turns(
 ) -> None:
     request = await accept(chat(*messages), limits)
     assert request.prompt.messages == tuple(ChatTurn(role, content) for role, content in expected)
-
-
-async def test_media_placeholders_when_the_model_accepts_media(tmp_path: Path) -> None:
-    limits = Limits(
-        accepts_images=True, accepts_video=True, accepts_audio=True, safe_media_path=str(tmp_path)
-    )
-    content = [
-        text("a"),
-        media(PNG),
-        text("b"),
-        media("data:video/mp4;base64,AAAA", "video_url"),
-        media("data:audio/wav;base64,AAAA", "audio_url"),
-        media("http://8.8.8.8/x.jpg"),
-    ]
-    request = await accept(chat(user(content)), limits)
-    assert request.prompt.messages == (ChatTurn("user", "a<image>b<video><audio><image>"),)
-
-
-async def test_placeholders_from_env(tmp_path: Path) -> None:
-    environ = {
-        "IMAGE_PLACEHOLDER": "<|img|>",
-        "VIDEO_PLACEHOLDER": "<|vid|>",
-        "AUDIO_PLACEHOLDER": "<|aud|>",
-        "SAFE_MEDIA_PATH": str(tmp_path),
-    }
-    limits = replace(
-        Limits.from_env(environ), accepts_images=True, accepts_video=True, accepts_audio=True
-    )
-    content = [
-        media(PNG),
-        media("data:video/mov;base64,AAAA", "video_url"),
-        media("data:audio/ogg;base64,AAAA", "audio_url"),
-    ]
-    request = await accept(chat(user(content)), limits)
-    assert request.prompt.messages == (ChatTurn("user", "<|img|><|vid|><|aud|>"),)
 
 
 async def test_tools_serialization(limits: Limits) -> None:
@@ -1156,12 +1129,9 @@ def test_default_safe_media_path_without_xdg() -> None:
 def test_limits_defaults() -> None:
     limits = Limits.from_env({})
     assert (limits.max_n, limits.max_tokens, limits.max_score_texts) == (16, None, 256)
-    assert not (limits.accepts_images or limits.accepts_video or limits.accepts_audio)
-    assert (limits.image_placeholder, limits.video_placeholder, limits.audio_placeholder) == (
-        "<image>",
-        "<video>",
-        "<audio>",
-    )
+    assert limits.media_kinds == frozenset()
+    assert (limits.max_media_items, limits.max_media_bytes) == (8, 20 * 1024 * 1024)
+    assert not limits.allow_private_media_urls and limits.fetcher is None
 
 
 # --- would_reject ----------------------------------------------------------------------------

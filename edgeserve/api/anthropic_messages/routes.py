@@ -32,7 +32,7 @@ from edgeserve.errors import ApiError, EngineError
 class MessagesApi:
     """Anthropic Messages: its checks, one engine request, Anthropic's events."""
 
-    def parse(self, body: Any) -> MessagesRequest:
+    def parse(self, body: Any, limits: Limits) -> MessagesRequest:
         """The Messages schema (422 FastAPI-shaped)."""
         return parse_messages_request(body)
 
@@ -58,7 +58,7 @@ class MessagesApi:
 async def count_tokens(call: Call) -> bytes:
     """The prompt's tokens, counted as /v1/messages would send them to the model."""
     req = await call.off_loop(parse_count_tokens_request, call.body)
-    prompt = await call.off_loop(prepare_count_tokens, req)
+    prompt = await call.checks(prepare_count_tokens(req, call.limits))
     async with call.engine_work():
         count = await call.engine.count_prompt_tokens(prompt)
     return count_tokens_body(count)

@@ -11,11 +11,23 @@ from typing import Any, Final
 from edgeserve import errors, grammars
 from edgeserve.api.anthropic_messages.wire import (
     CountTokensRequest,
+    DocumentBlock,
+    FileImageSource,
+    ImageBlock,
     MessageParam,
     MessagesRequest,
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
+    URLImageSource,
+)
+from edgeserve.api.common.media import (
+    MediaSource,
+    PendingTurn,
+    check_remote_url,
+    decode_base64,
+    media_refusal,
+    read_turns,
 )
 from edgeserve.api.common.sampling import INT32_MAX, check_max_tokens, check_range, stop_strings
 from edgeserve.api.common.wire import Role
@@ -23,8 +35,8 @@ from edgeserve.api.reference.detail import Detail
 from edgeserve.api.reference.limits import Limits, bad, check_unicode
 from edgeserve.api.reference.request import parse_body
 from edgeserve.engine.types import (
+    MEDIA_MARKER,
     ChatPrompt,
-    ChatTurn,
     GenerationRequest,
     GrammarSpec,
     SamplingParams,
@@ -44,11 +56,33 @@ def parse_count_tokens_request(body: Any) -> CountTokensRequest:
 
 @dataclass(frozen=True)
 class MessagesPrompt:
-    """A Messages request's conversation as the engine's ChatPrompt, and the tools a forced
-    call may use (None when no call is forced)."""
+    """A Messages request's conversation as chat's turns (their images not read yet), and
+    the tools a forced call may use (None when no call is forced)."""
 
-    prompt: ChatPrompt
+    turns: tuple[PendingTurn, ...]
+    system: str | None
+    tools: str | None
     forced: list[tuple[str, dict[str, Any]]] | None
+
+    async def read(self, limits: Limits) -> ChatPrompt:
+        """The engine's prompt, its images read (see api/common/media.py)."""
+        return ChatPrompt(await read_turns(self.turns, limits), self.system, self.tools)
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """Part of a turn's content: text (a MEDIA_MARKER for an image) and its images."""
+
+    text: str
+    sources: tuple[MediaSource, ...] = ()
+
+
+def _joined(pieces: list[_Piece], separator: str) -> _Piece:
+    """The pieces joined, their images in the same order."""
+    return _Piece(
+        separator.join(piece.text for piece in pieces),
+        tuple(source for piece in pieces for source in piece.sources),
+    )
 
 
 def messages_calls_wanted(req: CountTokensRequest) -> bool:
@@ -62,9 +96,10 @@ async def prepare_messages(req: MessagesRequest, limits: Limits) -> GenerationRe
 
     Order: the conversation (see messages_prompt); max_tokens (required by the schema, at
     least 1, at most the server's cap); temperature 0–1, top_p 0–1, top_k ≥ 0 (Anthropic's
-    ranges); invalid Unicode; last the grammar of a forced call (tool_choice any or tool).
+    ranges); invalid Unicode; the grammar of a forced call (tool_choice any or tool); last the
+    images read (count and size limits, downloads).
     """
-    conversation = messages_prompt(req)
+    conversation = await messages_prompt(req, limits)
     check_max_tokens("max_tokens", req.max_tokens, limits)
     check_range("temperature", req.temperature, low=0.0, high=1.0)
     check_range("top_p", req.top_p, low=0.0, high=1.0)
@@ -73,7 +108,7 @@ async def prepare_messages(req: MessagesRequest, limits: Limits) -> GenerationRe
     check_unicode(
         [
             ("model", req.model),
-            *_prompt_texts(conversation.prompt),
+            *_prompt_texts(conversation),
             *(("stop_sequences", text) for text in stop),
         ]
     )
@@ -92,26 +127,26 @@ async def prepare_messages(req: MessagesRequest, limits: Limits) -> GenerationRe
         grammar=grammar,
         **{name: value for name, value in optional.items() if value is not None},
     )
-    return GenerationRequest(prompt=conversation.prompt, params=params)
+    return GenerationRequest(prompt=await conversation.read(limits), params=params)
 
 
-def prepare_count_tokens(req: CountTokensRequest) -> ChatPrompt:
-    """The prompt whose tokens count_tokens counts, after the same checks as a Messages
-    request's conversation and tools."""
-    conversation = messages_prompt(req)
-    check_unicode([("model", req.model), *_prompt_texts(conversation.prompt)])
-    return conversation.prompt
+async def prepare_count_tokens(req: CountTokensRequest, limits: Limits) -> ChatPrompt:
+    """The prompt whose tokens count_tokens counts (images included: the engine counts their
+    tokens), after the same checks as a Messages request's conversation and tools."""
+    conversation = await messages_prompt(req, limits)
+    check_unicode([("model", req.model), *_prompt_texts(conversation)])
+    return await conversation.read(limits)
 
 
-def _prompt_texts(prompt: ChatPrompt) -> list[tuple[str, str | None]]:
+def _prompt_texts(conversation: MessagesPrompt) -> list[tuple[str, str | None]]:
     return [
-        ("system", prompt.system),
-        *((f"messages[{i}]", turn.content) for i, turn in enumerate(prompt.messages)),
-        ("tools", prompt.tools),
+        ("system", conversation.system),
+        *((f"messages[{i}]", turn.content) for i, turn in enumerate(conversation.turns)),
+        ("tools", conversation.tools),
     ]
 
 
-def messages_prompt(req: CountTokensRequest) -> MessagesPrompt:
+async def messages_prompt(req: CountTokensRequest, limits: Limits) -> MessagesPrompt:
     """A Messages conversation as chat's engine turns, and its tool choice.
 
     Consecutive messages of one role are one turn (as Anthropic merges them); the first must
@@ -119,7 +154,8 @@ def messages_prompt(req: CountTokensRequest) -> MessagesPrompt:
     blocks is a "tool" turn: the results' text (an error result prefixed "Error: ") then any
     other text, each result answering a tool_use of the assistant turn before it. An assistant
     message with tool_use blocks is a "function" turn (chat's shape: the calls, its text left
-    out). Thinking blocks are left out; image and document blocks answer 400 (text only).
+    out). Thinking blocks are left out; images (user messages and tool results) stand where
+    they are, as chat's media items; document blocks answer 400.
     """
     if not req.messages:
         raise bad(Detail.MESSAGES_EMPTY)
@@ -133,10 +169,10 @@ def messages_prompt(req: CountTokensRequest) -> MessagesPrompt:
             groups[-1].append((index, message))
         else:
             groups.append([(index, message)])
-    turns: list[ChatTurn] = []
+    turns: list[PendingTurn] = []
     calls: set[str] = set()
     for group in groups:
-        turn, calls = _messages_turn(group, calls)
+        turn, calls = await _messages_turn(group, calls, limits)
         turns.append(turn)
     system = req.system
     if isinstance(system, list):
@@ -153,18 +189,17 @@ def messages_prompt(req: CountTokensRequest) -> MessagesPrompt:
         )
     kind = "auto" if req.tool_choice is None else req.tool_choice.type
     forced = _messages_forced(req, kind) if kind in ("any", "tool") else None
-    prompt = ChatPrompt(messages=tuple(turns), system=system or None, tools=tools)
-    return MessagesPrompt(prompt, forced)
+    return MessagesPrompt(tuple(turns), system or None, tools, forced)
 
 
-def _messages_turn(
-    group: list[tuple[int, MessageParam]], calls: set[str]
-) -> tuple[ChatTurn, set[str]]:
+async def _messages_turn(
+    group: list[tuple[int, MessageParam]], calls: set[str], limits: Limits
+) -> tuple[PendingTurn, set[str]]:
     """One turn from consecutive messages of one role, and the ids of its tool_use blocks;
     `calls` are the ids the assistant turn before it made."""
     role = group[0][1].role
-    texts: list[str] = []
-    results: list[str] = []
+    texts: list[_Piece] = []
+    results: list[_Piece] = []
     uses: list[dict[str, str]] = []
     made: set[str] = set()
     for index, message in group:
@@ -178,7 +213,12 @@ def _messages_turn(
         for number, block in enumerate(blocks):
             where = {"index": index, "number": number, "kind": block.type, "role": role}
             if isinstance(block, TextBlock):
-                texts.append(block.text)
+                texts.append(_Piece(block.text))
+            elif isinstance(block, ImageBlock):
+                if role == "assistant":
+                    raise bad(Detail.IMAGE_IN_ASSISTANT.format(**where))
+                place = f"messages[{index}].content[{number}]"
+                texts.append(await _image(block, place, limits))
             elif isinstance(block, ToolUseBlock | ToolResultBlock):
                 wrong = (role == "user") == isinstance(block, ToolUseBlock)
                 if wrong:
@@ -191,28 +231,54 @@ def _messages_turn(
                 if block.tool_use_id not in calls:
                     tool_id = json.dumps(block.tool_use_id, ensure_ascii=False)
                     raise bad(Detail.TOOL_RESULT_UNKNOWN_ID.format(id=tool_id, **where))
-                results.append(_tool_result_text(block, where))
-            elif block.type in ("image", "document"):
+                results.append(await _tool_result(block, where, limits))
+            elif isinstance(block, DocumentBlock):
                 raise bad(Detail.MESSAGE_BLOCK_UNSUPPORTED.format(**where))
     if uses:
-        return ChatTurn(Role.FUNCTION.value, json.dumps(uses, ensure_ascii=False)), made
+        return PendingTurn(Role.FUNCTION.value, json.dumps(uses, ensure_ascii=False)), made
     if results:
-        return ChatTurn(Role.TOOL.value, "\n\n".join(results + texts)), made
-    if not any(texts):
+        content = _joined(results + texts, "\n\n")
+        return PendingTurn(Role.TOOL.value, content.text, content.sources), made
+    content = _joined([piece for piece in texts if piece.text], "\n\n")
+    if not content.text:
         raise bad(Detail.MESSAGE_EMPTY.format(index=group[0][0]))
-    return ChatTurn(role, "\n\n".join(text for text in texts if text)), made
+    return PendingTurn(role, content.text, content.sources), made
 
 
-def _tool_result_text(block: ToolResultBlock, where: dict[str, Any]) -> str:
-    """A tool result's text; only text blocks may make it up."""
-    parts = []
+async def _tool_result(block: ToolResultBlock, where: dict[str, Any], limits: Limits) -> _Piece:
+    """A tool result's text and images (text and image blocks may make it up)."""
+    pieces = []
     content = [TextBlock(text=block.content)] if isinstance(block.content, str) else block.content
-    for part in content:
-        if not isinstance(part, TextBlock):
+    for number, part in enumerate(content):
+        if isinstance(part, TextBlock):
+            pieces.append(_Piece(part.text))
+        elif isinstance(part, ImageBlock):
+            place = "messages[{index}].content[{number}]".format(**where)
+            pieces.append(await _image(part, f"{place}.content[{number}]", limits))
+        else:
             raise bad(Detail.MESSAGE_BLOCK_UNSUPPORTED.format(**(where | {"kind": part.type})))
-        parts.append(part.text)
-    text = "\n".join(parts)
-    return f"Error: {text}" if block.is_error else text
+    joined = _joined(pieces, "\n")
+    text = f"Error: {joined.text}" if block.is_error else joined.text
+    return _Piece(text, joined.sources)
+
+
+async def _image(block: ImageBlock, place: str, limits: Limits) -> _Piece:
+    """The image block at `place` as a MEDIA_MARKER and its source: 400 when the model takes
+    no images, for a file source, bad base64 data or a URL the address rules refuse
+    (E9–E13)."""
+    refusal = media_refusal("image", place, limits)
+    if refusal is not None:
+        raise bad(refusal)
+    source = block.source
+    if isinstance(source, FileImageSource):
+        raise bad(Detail.IMAGE_FILE_SOURCE.format(where=place))
+    if isinstance(source, URLImageSource):
+        await check_remote_url(source.url, limits)
+        return _Piece(MEDIA_MARKER, (MediaSource("image", place, url=source.url),))
+    data = decode_base64(source.data)
+    if data is None:
+        raise bad(Detail.BAD_BASE64.format(where=f"{place}.source.data"))
+    return _Piece(MEDIA_MARKER, (MediaSource("image", place, data=data),))
 
 
 def _messages_forced(req: CountTokensRequest, kind: str) -> list[tuple[str, dict[str, Any]]]:

@@ -1,8 +1,8 @@
 """Anthropic Messages wire types (POST /v1/messages and /v1/messages/count_tokens).
 
-Requests take the content blocks a text model can use (text, tool_use, tool_result; thinking
-blocks of earlier turns are accepted and left out of the prompt, image and document blocks are
-refused by validation). Responses and stream events are Anthropic's shapes, as the `anthropic`
+Requests take text, image (base64 and url sources), tool_use and tool_result blocks; thinking
+blocks of earlier turns are accepted and left out of the prompt, document blocks are refused.
+Responses and stream events are Anthropic's shapes, as the `anthropic`
 SDK reads them.
 """
 
@@ -46,14 +46,44 @@ class ThinkingBlock(ProtocolModel):
     type: Literal["thinking", "redacted_thinking"]
 
 
-class MediaBlock(ProtocolModel):
-    """An image or document; this server takes text only, so validation refuses it."""
+class Base64ImageSource(ProtocolModel):
+    """An image sent as base64 data."""
 
-    type: Literal["image", "document"]
+    type: Literal["base64"]
+    media_type: Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
+    data: str
+
+
+class URLImageSource(ProtocolModel):
+    """An image the server downloads."""
+
+    type: Literal["url"]
+    url: str
+
+
+class FileImageSource(ProtocolModel):
+    """An image uploaded through Anthropic's Files API; this server keeps no files (a 400)."""
+
+    type: Literal["file"]
+
+
+class ImageBlock(ProtocolModel):
+    """An image, in a user message or a tool result."""
+
+    type: Literal["image"]
+    source: Annotated[
+        Base64ImageSource | URLImageSource | FileImageSource, Field(discriminator="type")
+    ]
+
+
+class DocumentBlock(ProtocolModel):
+    """A document (PDF, text); this server does not take it (a 400 naming the block)."""
+
+    type: Literal["document"]
 
 
 RequestBlock = Annotated[
-    TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | MediaBlock,
+    TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | ImageBlock | DocumentBlock,
     Field(discriminator="type"),
 ]
 ToolResultBlock.model_rebuild()

@@ -144,8 +144,9 @@ class GenerationApi(Protocol[Req, Work]):
     """A generating API: its request checks in the reference's order, its engine work, and
     the renderer of its answers (made once every prompt is admitted)."""
 
-    def parse(self, body: Any) -> Req:
-        """The decoded body as the API's wire model (422 on a schema error)."""
+    def parse(self, body: Any, limits: Limits) -> Req:
+        """The decoded body as the API's wire model (422 on a schema error); `limits` say
+        which media the model takes, where that changes the schema."""
         ...
 
     async def translate(self, req: Req, limits: Limits) -> Work:

@@ -67,6 +67,21 @@ class MultimodalInputItem(ProtocolModel):
     audio_url: URL | None = None
 
 
+class InputAudio(ProtocolModel):
+    """OpenAI's `input_audio`: a base64-encoded file and its format."""
+
+    data: str
+    format: Literal["wav", "mp3"]
+
+
+class MultimodalInputItemWithAudio(MultimodalInputItem):
+    """A content item where the model takes audio: the reference's four types and OpenAI's
+    `input_audio` (README divergence 19; the reference's schema refuses it with a 422)."""
+
+    type: Literal["text", "image_url", "video_url", "audio_url", "input_audio"]
+    input_audio: InputAudio | None = None
+
+
 class StreamOptions(ProtocolModel):
     """OpenAI `stream_options`."""
 

@@ -17,9 +17,10 @@ from edgeserve.errors import ApiError, EngineError
 class ChatApi:
     """Chat completions: the reference's checks, one engine request, OpenAI's chunks."""
 
-    def parse(self, body: Any) -> ChatCompletionRequest:
-        """The chat schema (422 FastAPI-shaped)."""
-        return parse_chat_request(body)
+    def parse(self, body: Any, limits: Limits) -> ChatCompletionRequest:
+        """The chat schema (422 FastAPI-shaped); items may be `input_audio` when the model
+        takes audio."""
+        return parse_chat_request(body, audio="audio" in limits.media_kinds)
 
     async def translate(self, req: ChatCompletionRequest, limits: Limits) -> GenerationWork:
         """Every chat check in the reference's order, then the engine request."""

@@ -9,11 +9,12 @@ from dataclasses import replace
 from typing import Any
 
 from edgeserve import errors, grammars
-from edgeserve.api.common.media import flatten
+from edgeserve.api.common.media import PendingTurn, flatten, read_turns
 from edgeserve.api.common.sampling import MAX_TOP_LOGPROBS, check_range, sampling_params
 from edgeserve.api.common.wire import Role
 from edgeserve.api.openai_chat.wire import (
     ChatCompletionRequest,
+    ChatCompletionRequestWithAudio,
     ChatMessage,
     FunctionAvailable,
     FunctionDefinition,
@@ -24,16 +25,16 @@ from edgeserve.api.reference.limits import Limits, bad, check_unicode
 from edgeserve.api.reference.request import parse_body
 from edgeserve.engine.types import (
     ChatPrompt,
-    ChatTurn,
     GenerationRequest,
     GrammarSpec,
     SamplingParams,
 )
 
 
-def parse_chat_request(body: Any) -> ChatCompletionRequest:
-    """Validate a decoded body against the chat schema; 422 with every error, FastAPI-shaped."""
-    return parse_body(ChatCompletionRequest, body)
+def parse_chat_request(body: Any, *, audio: bool = False) -> ChatCompletionRequest:
+    """Validate a decoded body against the chat schema (with `audio`, the one whose items may
+    also be `input_audio`); 422 with every error, FastAPI-shaped."""
+    return parse_body(ChatCompletionRequestWithAudio if audio else ChatCompletionRequest, body)
 
 
 async def prepare_chat(req: ChatCompletionRequest, limits: Limits) -> GenerationRequest:
@@ -43,9 +44,10 @@ async def prepare_chat(req: ChatCompletionRequest, limits: Limits) -> Generation
     then content processing (media checks E7–E13); tools; if streaming, "Cannot stream multiple
     responses." (tools stream, README divergence 10: the reference's "Cannot stream function
     calls." is never sent); then edgeserve's own checks, which replace
-    errors the reference only hits in its engine (null content, media for a text-only model),
+    errors the reference only hits in its engine (null content, media the model does not take),
     then tool_choice, sampling values and limits (logprobs included), response_format, invalid
-    Unicode and last the output grammar (a forced tool call or the response format).
+    Unicode, the output grammar (a forced tool call or the response format) and last the
+    media read (count and size limits, files and downloads; see api/common/media.py).
 
     ChatTurn roles are the OpenAI names user/assistant/tool/function: "tool" is a tool result
     (the reference's "observation"), and "function" is the assistant's own tool calls, with the
@@ -62,7 +64,7 @@ async def prepare_chat(req: ChatCompletionRequest, limits: Limits) -> Generation
     if len(messages) % 2 == 0:
         raise bad(Detail.ONLY_UAUAU)
     late: list[str] = []
-    turns = []
+    turns: list[PendingTurn] = []
     for position, message in enumerate(messages):
         _check_role(position, message.role)
         turns.append(await _turn(message, position + offset, limits, late))
@@ -86,7 +88,7 @@ async def prepare_chat(req: ChatCompletionRequest, limits: Limits) -> Generation
     grammar = None
     if forced or _format_kind(req) != "text":
         grammar = await asyncio.to_thread(_grammar, req, forced, schema)
-    prompt = ChatPrompt(messages=tuple(turns), system=system, tools=tools)
+    prompt = ChatPrompt(messages=await read_turns(turns, limits), system=system, tools=tools)
     return GenerationRequest(prompt=prompt, params=replace(params, grammar=grammar), n=req.n)
 
 
@@ -194,20 +196,22 @@ def _check_role(position: int, role: Role) -> None:
         raise bad(Detail.INVALID_ROLE)
 
 
-async def _turn(message: ChatMessage, index: int, limits: Limits, late: list[str]) -> ChatTurn:
-    """One message as the template sees it; errors the reference reports later go to `late`."""
+async def _turn(message: ChatMessage, index: int, limits: Limits, late: list[str]) -> PendingTurn:
+    """One message as the template sees it, its media not read yet; errors the reference
+    reports later go to `late`."""
     if message.role is Role.ASSISTANT and message.tool_calls:
         calls = [
             {"name": c.function.name, "arguments": c.function.arguments} for c in message.tool_calls
         ]
-        return ChatTurn(role=Role.FUNCTION.value, content=json.dumps(calls, ensure_ascii=False))
+        return PendingTurn(Role.FUNCTION.value, json.dumps(calls, ensure_ascii=False))
     content = message.content
     if isinstance(content, list):
-        content = await flatten(content, index, limits, late)
-    elif content is None:
+        text, sources = await flatten(content, index, limits, late)
+        return PendingTurn(message.role.value, text, tuple(sources))
+    if content is None:
         late.append(Detail.CONTENT_NULL.format(index=index))
         content = ""
-    return ChatTurn(role=message.role.value, content=content)
+    return PendingTurn(message.role.value, content)
 
 
 def _serialize_tools(tools: list[FunctionAvailable] | None) -> str | None:
@@ -246,11 +250,12 @@ async def would_reject(
 
     With stream_checks=False the body is judged as if `stream` were false.
     """
+    limits = limits or Limits()
     try:
-        req = parse_chat_request(body)
+        req = parse_chat_request(body, audio="audio" in limits.media_kinds)
         if not stream_checks:
             req = req.model_copy(update={"stream": False})
-        await prepare_chat(req, limits or Limits())
+        await prepare_chat(req, limits)
     except errors.ApiError as exc:
         return exc
     return None

@@ -16,6 +16,7 @@ from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 from edgeserve.api.common.wire import (
     Finish,
     MultimodalInputItem,
+    MultimodalInputItemWithAudio,
     ProtocolModel,
     Role,
     StreamOptions,
@@ -97,6 +98,19 @@ class ChatCompletionRequest(ProtocolModel):
     response_format: ResponseFormat | None = None
     tool_choice: Any | None = None
     user: str | None = None
+
+
+class ChatMessageWithAudio(ChatMessage):
+    """A request message where the model takes audio (its items may be `input_audio`)."""
+
+    content: str | list[MultimodalInputItemWithAudio] | None = None
+
+
+class ChatCompletionRequestWithAudio(ChatCompletionRequest):
+    """The chat body where the model takes audio: the same fields in the same order, the
+    messages' items also `input_audio`."""
+
+    messages: list[ChatMessageWithAudio]
 
 
 class ChatCompletionMessage(ProtocolModel):

@@ -30,7 +30,7 @@ from edgeserve.errors import ApiError, EngineError
 class CompletionsApi:
     """Legacy completions: one engine request per prompt, echoed and scored prompts."""
 
-    def parse(self, body: Any) -> CompletionRequest:
+    def parse(self, body: Any, limits: Limits) -> CompletionRequest:
         """The completions schema (422 FastAPI-shaped)."""
         return parse_completion_request(body)
 

@@ -19,7 +19,7 @@ from edgeserve.errors import ApiError, EngineError
 class ResponsesApi:
     """The Responses API: its own checks, then chat's, one engine request."""
 
-    def parse(self, body: Any) -> ResponsesRequest:
+    def parse(self, body: Any, limits: Limits) -> ResponsesRequest:
         """The Responses schema (422 FastAPI-shaped)."""
         return parse_responses_request(body)
 

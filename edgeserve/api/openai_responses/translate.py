@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgeserve.api.common.sampling import check_max_tokens
-from edgeserve.api.common.wire import Role
+from edgeserve.api.common.wire import URL, MultimodalInputItem, Role
 from edgeserve.api.openai_chat.translate import prepare_chat
 from edgeserve.api.openai_chat.wire import (
     ChatCompletionRequest,
@@ -30,6 +30,9 @@ from edgeserve.api.reference.detail import Detail
 from edgeserve.api.reference.limits import Limits, bad
 from edgeserve.api.reference.request import parse_body
 from edgeserve.engine.types import GenerationRequest
+
+Content = str | list[MultimodalInputItem]
+"""A chat message's content: one text, or items when it has images."""
 
 
 def parse_responses_request(body: Any) -> ResponsesRequest:
@@ -86,11 +89,10 @@ def _chat_messages(req: ResponsesRequest) -> list[ChatMessage]:
             if item.role in ("system", "developer"):
                 if messages:
                     raise bad(Detail.SYSTEM_NOT_FIRST.format(index=index, role=item.role))
-                system.append(_item_text(item.content, index, item.type, "content"))
+                system.append(_item_text(item, index))
             elif item.role in ("user", "assistant"):
-                _add_text(
-                    messages, Role(item.role), _item_text(item.content, index, item.type, "content")
-                )
+                content = _item_content(item.content, index, item.type, "content")
+                _add_content(messages, Role(item.role), content)
             else:
                 role = json.dumps(item.role, ensure_ascii=False)
                 raise bad(Detail.ROLE_UNSUPPORTED.format(index=index, role=role))
@@ -108,7 +110,8 @@ def _chat_messages(req: ResponsesRequest) -> list[ChatMessage]:
                 messages.append(ChatMessage(role=Role.ASSISTANT, tool_calls=[call]))
         elif item.type == "function_call_output":
             _item_field(item.call_id, index, item.type, "call_id")
-            _add_text(messages, Role.TOOL, _item_text(item.output, index, item.type, "output"))
+            output = _item_content(item.output, index, item.type, "output")
+            _add_content(messages, Role.TOOL, output)
         else:
             raise bad(Detail.ITEM_UNSUPPORTED.format(index=index, type=item.type))
     if system:
@@ -116,13 +119,26 @@ def _chat_messages(req: ResponsesRequest) -> list[ChatMessage]:
     return messages
 
 
-def _add_text(messages: list[ChatMessage], role: Role, text: str) -> None:
-    """A new turn, or `text` joined to the last turn when that has the same role and no calls."""
+def _add_content(messages: list[ChatMessage], role: Role, content: Content) -> None:
+    """A new turn, or `content` joined to the last turn (after a blank line) when that has the
+    same role and no calls."""
     last = messages[-1] if messages else None
-    if last is not None and last.role is role and not last.tool_calls:
-        last.content = f"{last.content}\n\n{text}"
+    if last is None or last.role is not role or last.tool_calls:
+        messages.append(ChatMessage(role=role, content=content))
+    elif isinstance(last.content, str) and isinstance(content, str):
+        last.content = f"{last.content}\n\n{content}"
     else:
-        messages.append(ChatMessage(role=role, content=text))
+        last.content = [*_items(last.content), _text_item("\n\n"), *_items(content)]
+
+
+def _items(content: Content | None) -> list[MultimodalInputItem]:
+    if isinstance(content, list):
+        return content
+    return [_text_item(content or "")]
+
+
+def _text_item(text: str) -> MultimodalInputItem:
+    return MultimodalInputItem(type="text", text=text)
 
 
 def _item_field(value: str | None, index: int, kind: str, name: str) -> str:
@@ -131,22 +147,52 @@ def _item_field(value: str | None, index: int, kind: str, name: str) -> str:
     return value
 
 
-def _item_text(content: str | list[InputContent] | None, index: int, kind: str, name: str) -> str:
-    """A message's content or a function output (field `name` of a `kind` item) as one text;
-    400 when it is absent or has parts other than text."""
+def _item_text(item: InputItem, index: int) -> str:
+    """A system or developer message's content as one text (see _item_content); 400 for an
+    image in it."""
+    for number, part in enumerate(item.content if isinstance(item.content, list) else ()):
+        if part.type == "input_image":
+            raise bad(Detail.SYSTEM_IMAGE.format(index=index, part=number, role=item.role))
+    text = _item_content(item.content, index, item.type, "content")
+    assert isinstance(text, str)
+    return text
+
+
+def _item_content(
+    content: str | list[InputContent] | None, index: int, kind: str, name: str
+) -> Content:
+    """A message's content or a function output (field `name` of a `kind` item): one text, or
+    chat's content items when it has images; 400 when it is absent or has parts other than
+    text and images."""
     if content is None:
         raise bad(Detail.ITEM_MISSING_FIELD.format(index=index, type=kind, field=name))
     if isinstance(content, str):
         return content
-    texts = []
+    items = []
     for number, part in enumerate(content):
+        if part.type == "input_image":
+            items.append(_image_item(part, index, number))
+            continue
         if part.type not in ("input_text", "output_text", "text"):
             raise bad(Detail.PART_UNSUPPORTED.format(index=index, part=number, type=part.type))
         if part.text is None:
             where = f"input[{index}].{name}[{number}]"
             raise bad(Detail.TEXT_WITHOUT_TEXT.format(where=where))
-        texts.append(part.text)
-    return "".join(texts)
+        items.append(_text_item(part.text))
+    if all(item.type == "text" for item in items):
+        return "".join(item.text or "" for item in items)
+    return items
+
+
+def _image_item(part: InputContent, index: int, number: int) -> MultimodalInputItem:
+    """An `input_image` as chat's image_url item; 400 for a file_id or a URL that is neither
+    a data URL nor http(s) (chat's media checks then apply)."""
+    if part.image_url is None:
+        detail = Detail.INPUT_IMAGE_FILE_ID if part.file_id else Detail.INPUT_IMAGE_URL
+        raise bad(detail.format(index=index, part=number))
+    if not part.image_url.lower().startswith(("data:", "http://", "https://")):
+        raise bad(Detail.INPUT_IMAGE_URL.format(index=index, part=number))
+    return MultimodalInputItem(type="image_url", image_url=URL(url=part.image_url))
 
 
 def _chat_tools(tools: list[ResponsesTool] | None) -> list[FunctionAvailable] | None:

@@ -14,10 +14,13 @@ from edgeserve.api.common.wire import ProtocolModel
 
 
 class InputContent(ProtocolModel):
-    """One part of an input message's or a function output's content list."""
+    """One part of an input message's or a function output's content list: text, or an
+    `input_image` (`image_url` a data URL or an http(s) URL; `file_id` is refused)."""
 
     type: str
     text: str | None = None
+    image_url: str | None = None
+    file_id: str | None = None
 
 
 class InputItem(ProtocolModel):

@@ -39,9 +39,34 @@ class Detail:
         "{where}.{kind}.url is a data URI whose payload is not valid base64 data; "
         "encode the file with standard base64."
     )
-    MEDIA_UNSUPPORTED = (
-        "This model does not accept {media} input ({where}); send text content only."
+    INPUT_AUDIO_WITHOUT_AUDIO = (
+        '{where} has type "input_audio" but no "input_audio" object; add '
+        '{{"input_audio": {{"data": "<base64>", "format": "wav"}}}} or remove the item.'
     )
+    BAD_BASE64 = "{where} is not valid base64 data; encode the file with standard base64."
+    MEDIA_TEXT_ONLY = (
+        "{where} is {what}, but this server's model takes text only; start it with "
+        "--mmproj PROJECTOR.gguf (the model's multimodal projector) to send {plural}, or send "
+        "text content only."
+    )
+    MEDIA_KIND_UNSUPPORTED = (
+        "{where} is {what}, but this server's model takes text and {takes} only (its --mmproj "
+        "projector has no {kind} encoder); send text and {takes}."
+    )
+    VIDEO_UNSUPPORTED = (
+        "{where} is a video, which this server does not take (llama.cpp's multimodal library "
+        "reads video only through an external ffmpeg program); send frames of it as images."
+    )
+    TOO_MANY_MEDIA = (
+        "The request has {count} images and audio clips but this server takes at most {limit} "
+        "per request (--max-media-per-request); send fewer."
+    )
+    MEDIA_TOO_LARGE = (
+        "{where}'s {kind} is larger than this server's limit of {limit} bytes "
+        "(--max-media-bytes); send a smaller file."
+    )
+    MEDIA_FETCH_FAILED = "Could not fetch {where}'s {kind}: {reason}."
+    MEDIA_READ_FAILED = "Could not read {where}'s {kind} from its file: {reason}."
     CONTENT_NULL = (
         "messages[{index}].content is null; give the message a content string "
         "(only an assistant message with tool_calls may omit it)."
@@ -148,7 +173,15 @@ class Detail:
     MESSAGE_EMPTY = "messages[{index}] has no content; every message needs some text."
     MESSAGE_BLOCK_UNSUPPORTED = (
         'messages[{index}].content[{number}] is a "{kind}" block, which this server does not '
-        "take (the model reads text only); send text, tool_use and tool_result blocks."
+        "take; send text, image, tool_use and tool_result blocks."
+    )
+    IMAGE_IN_ASSISTANT = (
+        'messages[{index}].content[{number}] is an "image" block in a message of role '
+        '"assistant"; images belong in user messages (or in tool_result blocks).'
+    )
+    IMAGE_FILE_SOURCE = (
+        '{where} is an image with source type "file": this server '
+        'keeps no files; send it as {{"type": "base64", ...}} or {{"type": "url", ...}}.'
     )
     MESSAGE_BLOCK_WRONG_ROLE = (
         'messages[{index}].content[{number}] is a "{kind}" block in a message of role "{role}"; '
@@ -204,7 +237,19 @@ class Detail:
     )
     PART_UNSUPPORTED = (
         'input[{index}].content[{part}] has type "{type}", which this server does not '
-        'support; send "input_text" (or "output_text") parts.'
+        'support; send "input_text" (or "output_text") and "input_image" parts.'
+    )
+    SYSTEM_IMAGE = (
+        "input[{index}].content[{part}] is an image in a {role} message; put images in user "
+        "messages."
+    )
+    INPUT_IMAGE_FILE_ID = (
+        'input[{index}].content[{part}] is an "input_image" with a "file_id": this server '
+        'keeps no files; send the image in "image_url" as a data URL or an http(s) URL.'
+    )
+    INPUT_IMAGE_URL = (
+        "input[{index}].content[{part}].image_url must be a data URL "
+        '("data:image/png;base64,...") or an http(s) URL; send the image as one of those.'
     )
     ROLE_UNSUPPORTED = (
         'input[{index}] has role {role}; send "user", "assistant", "system" or "developer".'

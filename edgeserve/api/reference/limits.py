@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 from edgeserve import errors
 from edgeserve.api.reference.detail import Detail
-from edgeserve.engine.types import TokenPrompt
+from edgeserve.api.reference.fetcher import MediaFetcher
+from edgeserve.engine.types import MediaKind, TokenPrompt
 
 
 def is_env_enabled(environ: Mapping[str, str], key: str, default: str = "0") -> bool:
@@ -29,55 +30,40 @@ class Limits:
     """What this server accepts in one request.
 
     max_tokens caps max_tokens/max_completion_tokens (None: only the context window limits it).
-    allow_local_files/safe_media_path/placeholders follow the reference's env variables; see
-    from_env. The accepts_* flags say which media the model takes (default: text only).
+    allow_local_files/safe_media_path follow the reference's env variables; see from_env.
+    media_kinds are the media the model takes besides text (default none; the HTTP layer sets
+    them from the loaded model's), max_media_* bound a request's media, and `fetcher` downloads
+    media URLs (None: a media URL is a 400), from public addresses only unless
+    allow_private_media_urls.
     """
 
     max_n: int = 16
     max_tokens: int | None = None
     allow_local_files: bool = True
     safe_media_path: str = field(default_factory=lambda: default_safe_media_path(os.environ))
-    accepts_images: bool = False
-    accepts_video: bool = False
-    accepts_audio: bool = False
+    media_kinds: frozenset[MediaKind] = frozenset()
+    max_media_items: int = 8
+    max_media_bytes: int = 20 * 1024 * 1024
+    allow_private_media_urls: bool = False
+    fetcher: MediaFetcher | None = None
     max_score_texts: int = 256
     max_embed_inputs: int = 2048  # OpenAI's own limit
-    image_placeholder: str = "<image>"
-    video_placeholder: str = "<video>"
-    audio_placeholder: str = "<audio>"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Limits:
-        """Read ALLOW_LOCAL_FILES (default enabled), SAFE_MEDIA_PATH and the *_PLACEHOLDER names.
+        """Read ALLOW_LOCAL_FILES (default enabled) and SAFE_MEDIA_PATH.
 
         An unset or empty SAFE_MEDIA_PATH means default_safe_media_path(environ). The folder is
         never created here. Other fields keep their defaults; use dataclasses.replace for them.
+        The reference's *_PLACEHOLDER variables are not read: a media item reaches the engine
+        as the item itself, never as placeholder text.
         """
         return cls(
             allow_local_files=is_env_enabled(environ, "ALLOW_LOCAL_FILES", "1"),
             safe_media_path=os.path.abspath(
                 environ.get("SAFE_MEDIA_PATH") or default_safe_media_path(environ)
             ),
-            image_placeholder=environ.get("IMAGE_PLACEHOLDER", "<image>"),
-            video_placeholder=environ.get("VIDEO_PLACEHOLDER", "<video>"),
-            audio_placeholder=environ.get("AUDIO_PLACEHOLDER", "<audio>"),
         )
-
-    def accepts(self, kind: str) -> bool:
-        """Whether the model takes media items of `kind` (image_url, video_url, audio_url)."""
-        return {
-            "image_url": self.accepts_images,
-            "video_url": self.accepts_video,
-            "audio_url": self.accepts_audio,
-        }[kind]
-
-    def placeholder(self, kind: str) -> str:
-        """The text that stands for one media item of `kind` in the flattened content."""
-        return {
-            "image_url": self.image_placeholder,
-            "video_url": self.video_placeholder,
-            "audio_url": self.audio_placeholder,
-        }[kind]
 
 
 def bad(detail: str) -> errors.ApiError:

@@ -19,6 +19,8 @@ def detokenize_body(text: str) -> bytes:
     return DetokenizeResponse(prompt=text, content=text).model_dump_json().encode()
 
 
-def tokenizer_info_body(info: TokenizerInfo) -> bytes:
-    """GET /tokenizer_info: the engine's description of the tokenizer."""
-    return TokenizerInfoResponse(**dataclasses.asdict(info)).model_dump_json().encode()
+def tokenizer_info_body(info: TokenizerInfo, modalities: list[str]) -> bytes:
+    """GET /tokenizer_info: the engine's description of the tokenizer, and what the model
+    reads besides text."""
+    response = TokenizerInfoResponse(**dataclasses.asdict(info), input_modalities=modalities)
+    return response.model_dump_json().encode()

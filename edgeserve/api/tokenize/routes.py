@@ -5,6 +5,7 @@ engine's prepare threads, and a large request's parsing and answer off the event
 from __future__ import annotations
 
 from edgeserve.api.common.call import Call, Route
+from edgeserve.api.common.media import input_modalities
 from edgeserve.api.reference.engine_errors import engine_error, token_engine_error
 from edgeserve.api.tokenize.render import detokenize_body, tokenize_body, tokenizer_info_body
 from edgeserve.api.tokenize.translate import (
@@ -36,12 +37,13 @@ async def detokenize(call: Call) -> bytes:
 
 
 async def tokenizer_info(call: Call) -> bytes:
-    """The special tokens, whether BOS/EOS are added, the context size and the chat template."""
+    """The special tokens, whether BOS/EOS are added, the context size, the chat template and
+    the input modalities."""
     try:
         info = call.engine.tokenizer_info()
     except EngineError as exc:
         raise engine_error(exc) from exc
-    return tokenizer_info_body(info)
+    return tokenizer_info_body(info, input_modalities(call.engine.media_kinds))
 
 
 ROUTES = (

@@ -54,3 +54,4 @@ class TokenizerInfoResponse(ProtocolModel):
     model_max_length: int
     vocab_size: int
     chat_template: str
+    input_modalities: list[str]
