@@ -157,7 +157,7 @@ clean: ## remove the venv, build/ and dist/ (the wheel cache and models stay)
 # anchors on this machine. llama.cpp's llama-server and llama-bench are built once from the
 # llama.cpp vendored in the llama-cpp-python sdist (same flags as the wheel's CPU build) into
 # LLAMACPP_DIR; llama_cpp.server and the bench itself run in BENCH_VENV (the same wheel as
-# .venv plus its [server] extras, aiohttp and matplotlib), so .venv is left as it is.
+# .venv plus its [server] extras, aiohttp, matplotlib and gguf), so .venv is left as it is.
 # BASELINE: the previous edgeserve the bench runs beside this one ("vs previous", "Regressions"):
 # auto (the newest commit of main that is an ancestor of HEAD and whose edgeserve/ or
 # pyproject.toml differs from this tree's; see bench/baseline.py), a git revision (BASELINE=main,
@@ -169,11 +169,15 @@ LLAMACPP_DIR ?= $(HOME)/.cache/edgeserve/llamacpp
 BENCH_VENV ?= $(HOME)/.cache/edgeserve/bench-venv
 BENCH_PY := $(BENCH_VENV)/bin/python
 LLAMACPP_KEY := $(shell echo "$(LLAMA_VERSION)|anchors|$(LLAMA_CFLAGS)|$(ARCH)|$(CPU_NAME)" | sha256sum | cut -c1-12)
+# The bench's own packages (gguf: the images workload writes the tests' tiny projector); a
+# change to the list reinstalls them.
+BENCH_DEPS := aiohttp matplotlib gguf==0.19.0
+BENCH_KEY := $(LLAMA_KEY)-$(shell echo "$(BENCH_DEPS)" | sha256sum | cut -c1-8)
 ARGS ?=
 
 .PHONY: bench bench-quick
 
-bench: install model $(LLAMACPP_DIR)/.built-$(LLAMACPP_KEY) $(BENCH_VENV)/.installed-$(LLAMA_KEY) ## edgeserve vs its previous version (BASELINE=auto|<rev>|none), llama-server, llama-bench, llama_cpp.server (ARGS=--quick …)
+bench: install model $(LLAMACPP_DIR)/.built-$(LLAMACPP_KEY) $(BENCH_VENV)/.installed-$(BENCH_KEY) ## edgeserve vs its previous version (BASELINE=auto|<rev>|none), llama-server, llama-bench, llama_cpp.server (ARGS=--quick …)
 	baseline=$$($(PY) -m bench.baseline --rev "$(BASELINE)" --dir $(BASELINE_DIR) \
 		--wheels $(LLAMA_WHEELS) --python $(PYTHON)) && \
 	$(BENCH_PY) -m bench --model $(MODEL) --edgeserve $(VENV)/bin/edgeserve \
@@ -186,10 +190,10 @@ $(LLAMACPP_DIR)/.built-$(LLAMACPP_KEY): | $(VENV)/bin/python
 	$(PY) -m bench.build --dir $(LLAMACPP_DIR) --version $(LLAMA_VERSION) --cflags "$(LLAMA_CFLAGS)"
 	rm -f $(LLAMACPP_DIR)/.built-* && touch $@
 
-$(BENCH_VENV)/.installed-$(LLAMA_KEY): $(LLAMA_WHEELS)/.built
+$(BENCH_VENV)/.installed-$(BENCH_KEY): $(LLAMA_WHEELS)/.built
 	$(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_PY) -m pip install -q --upgrade pip
 	whl=$$(ls $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl) && \
-	$(BENCH_PY) -m pip install -q "$$whl[server]" aiohttp matplotlib && \
+	$(BENCH_PY) -m pip install -q "$$whl[server]" $(BENCH_DEPS) && \
 	$(BENCH_PY) -m pip install -q --force-reinstall --no-deps "$$whl"
 	rm -f $(BENCH_VENV)/.installed-* && touch $@

@@ -8,8 +8,10 @@ For each concurrency N, the servers start together (`--parallel N`, same model, 
 context) and take turns under the same streaming load, the order rotating every round so that
 machine drift cancels (at N=1 llama-bench takes its turn too); then they stop. At N=1 the
 multi-turn chat case and the scoring comparison run as well; after the levels, edgeserve's
-embeddings against a llama-server of its own with `--embeddings`; at the highest N, edgeserve takes
-the abuse case (bench/abuse.py) and a memory soak of short mixed requests. With --baseline, the
+embeddings against a llama-server of its own with `--embeddings`, the grounded workload, and
+image requests against a llama-server of its own with `--mmproj` (bench/images.py;
+--images-only runs that alone); at the highest N, edgeserve takes the abuse case
+(bench/abuse.py) and a memory soak of short mixed requests. With --baseline, the
 previous edgeserve (`edgeserve-baseline`) runs every one of edgeserve's workloads beside it, and
 the report compares the two ("vs previous", "Regressions"). Prints the table and the
 PRODUCT.md section 7 targets; writes bench/results/bench-<time>.json and .png.
@@ -26,7 +28,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import abuse, baseline, embeddings, grounded, load, report, scoring, soak, structured
+from bench import (
+    abuse,
+    baseline,
+    embeddings,
+    grounded,
+    images,
+    load,
+    report,
+    scoring,
+    soak,
+    structured,
+)
 from bench.anchors import (
     ALL_SERVERS,
     EDGESERVE,
@@ -76,6 +89,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--structured", type=int, help="json_schema answers per server [8; quick 4]")
     p.add_argument("--embed-texts", type=int, help="texts per embeddings batch [64; quick 16]")
     p.add_argument(
+        "--image-requests",
+        type=int,
+        help="images workload: new images per server, each sent twice [8; quick 3]",
+    )
+    p.add_argument("--no-images", action="store_true", help="skip the images workload")
+    p.add_argument(
+        "--images-only",
+        action="store_true",
+        help="run the images workload alone (no load levels, no other workload)",
+    )
+    p.add_argument(
+        "--mmproj",
+        type=Path,
+        help="the model's projector for the images workload [the tests' tiny Gemma 3 one, "
+        "which fits the default model only]",
+    )
+    p.add_argument(
         "--sampled-temperature",
         type=float,
         default=0.7,
@@ -105,7 +135,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     sizes = {"tokens": (128, 32), "requests": (2, 1), "rounds": (3, 2), "prompt_words": (128, 64),
              "conversations": (4, 2), "score_texts": (64, 8), "structured": (8, 4),
              "embed_texts": (64, 16), "soak_requests": (1000, 200),
-             "grounded_rounds": (2, 1)}  # fmt: skip
+             "grounded_rounds": (2, 1), "image_requests": (8, 3)}  # fmt: skip
     for name, (full, quick) in sizes.items():
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
@@ -117,6 +147,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--baseline {args.baseline} is not an executable (make bench BASELINE=<rev>)")
     if not args.model.is_file():
         p.error(f"no model at {args.model} (make model installs the default one)")
+    if args.images_only and args.no_images:
+        p.error("--images-only and --no-images exclude each other")
+    if args.mmproj is not None and not args.mmproj.is_file():
+        p.error(f"no projector at {args.mmproj}")
     return args
 
 
@@ -141,7 +175,7 @@ class Bench:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.levels = [int(c) for c in args.concurrency.split(",")]
+        self.levels = [] if args.images_only else [int(c) for c in args.concurrency.split(",")]
         self.kinds = [k for k in ALL_SERVERS if k in args.servers.split(",")]
         self.setup = Setup(
             model=args.model,
@@ -190,9 +224,11 @@ class Bench:
         with Servers(self.setup) as servers:
             for i, c in enumerate(self.levels):
                 await self.level(servers, i, c)
-            await self.embeddings(servers)
-            for c in (1, 4):
-                await self.grounded(servers, c)
+            if not self.args.images_only:
+                await self.embeddings(servers)
+                for c in (1, 4):
+                    await self.grounded(servers, c)
+            await self.images(servers)
         self.results["elapsed_s"] = time.time() - self.started
         self.results["summary"] = report.summarize(self.results)
         return self.results
@@ -396,6 +432,67 @@ class Bench:
         self.results["embeddings"] = await embeddings.compare(pair, a.embed_texts, 12, a.rounds)
         for server in running:
             servers.stop(server)
+
+    async def images(self, servers: Servers) -> None:
+        """The images workload (bench/images.py): the edgeserves and llama-server with
+        `--mmproj`, one image request at a time; a server without images shows n/a."""
+        a = self.args
+        if a.no_images or a.image_requests <= 0 or EDGESERVE not in self.kinds:
+            return
+        kinds = [kind for kind in self.kinds if kind in images.KINDS]
+        mmproj = images.projector(a.mmproj, a.out / "images")
+        print(f"images: {a.image_requests} new {images.WIDTH}x{images.HEIGHT} images per "
+              f"server, each sent twice, {', '.join(kinds)} with --mmproj {mmproj} ...",
+              flush=True)  # fmt: skip
+        result: dict[str, Any] = {
+            "width": images.WIDTH,
+            "height": images.HEIGHT,
+            "png_bytes": len(images.png_bytes(images.WIDTH, images.HEIGHT, 0)),
+            "mmproj": str(mmproj),
+            "requests": a.image_requests,
+            "max_tokens": a.tokens,
+            "unsupported": {},
+        }
+        unsupported: dict[str, str] = result["unsupported"]
+        for kind in kinds:
+            reason = images.missing_mmproj(kind, self.setup)
+            if reason:
+                unsupported[kind] = reason
+        extra = ("--mmproj", str(mmproj))
+        running = [servers.start(kind, 1, extra) for kind in kinds if kind not in unsupported]
+        started = await asyncio.gather(
+            *(servers.wait_ready(s) for s in running), return_exceptions=True
+        )
+        for server, outcome in zip(list(running), started, strict=True):
+            if isinstance(outcome, BaseException):
+                unsupported[server.kind] = images.start_failure(str(outcome))
+        for server in list(running):
+            if server.kind not in unsupported:
+                error = await images.warm_up(server.url, server.kind, images.WIDTH, images.HEIGHT)
+                if error:
+                    unsupported[server.kind] = f"warm-up: {error}"
+            if server.kind in unsupported:
+                servers.stop(server)
+                running.remove(server)
+        for kind, reason in unsupported.items():
+            print(f"  {kind}: n/a ({reason})", flush=True)
+        if running:
+            await self.wait_quiet(running)
+            meter, began = CpuMeter(running), time.perf_counter()
+            pair = [(s.kind, s.url) for s in running]
+            result |= await images.compare(
+                pair, a.image_requests, a.tokens, images.WIDTH, images.HEIGHT
+            )
+            if meter.other() > 0.2 * (time.perf_counter() - began):
+                self.results["noisy_runs"].append("images")
+            for server in running:
+                r = result[server.kind]
+                print(f"  {server.kind:18} TTFT p50 {r['ttft_p50_ms'] or 0:6.0f} ms cold, "
+                      f"{r['repeat_ttft_p50_ms'] or 0:6.0f} ms repeated, "
+                      f"{r['decode_tps_p50'] or 0:6.1f} tok/s, {r['short']} cut short"
+                      + (f", {r['errors'][0]}" if r["errors"] else ""), flush=True)  # fmt: skip
+                servers.stop(server)
+        self.results["images"] = result
 
     async def grounded(self, servers: Servers, c: int) -> None:
         """The grounded workload at concurrency `c` (bench/grounded.py): the edgeserves with

@@ -198,7 +198,7 @@ class Servers(AbstractContextManager["Servers"]):
         """Spawn a server, with `extra` arguments (returns at once; see `wait_ready`)."""
         port = free_port()
         self.setup.logs.mkdir(parents=True, exist_ok=True)
-        suffix = "-".join(arg.strip("-") for arg in extra)
+        suffix = "-".join(Path(arg).name.strip("-") for arg in extra)  # a path: its name
         log = self.setup.logs / f"{kind}-p{parallel}{'-' + suffix if suffix else ''}.log"
         with open(log, "wb") as out:
             proc = subprocess.Popen(

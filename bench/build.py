@@ -2,6 +2,7 @@
 
     python -m bench.build --dir ~/.cache/edgeserve/llamacpp --version 0.3.36 --cflags "..."
 
+llama-server is built with libmtmd (tools/mtmd), so it takes `--mmproj` like edgeserve.
 The sources are the llama.cpp vendored in the llama-cpp-python sdist of `--version` (the same
 llama.cpp edgeserve runs on), fetched with `pip download` and unpacked to DIR/src; the build goes
 to DIR/build. An existing build made with the same flags is reused as it is (nothing is
@@ -30,6 +31,10 @@ def cmake_options(cflags: str, native: bool) -> dict[str, str]:
         "GGML_NATIVE": "ON" if native else "OFF",
         "CMAKE_C_FLAGS": cflags,
         "CMAKE_CXX_FLAGS": cflags,
+        # llama-server links tools/mtmd (its --mmproj: the images workload); a standalone
+        # build has both on, pinned here so that a build without them is not reused.
+        "LLAMA_BUILD_TOOLS": "ON",
+        "LLAMA_BUILD_SERVER": "ON",
         "LLAMA_CURL": "OFF",
         "LLAMA_BUILD_TESTS": "OFF",
         "LLAMA_BUILD_EXAMPLES": "OFF",

@@ -55,7 +55,7 @@ def session(limit: int = 10) -> aiohttp.ClientSession:
 
 
 def chat_body(
-    kind: str, messages: list[dict[str, str]], max_tokens: int, temperature: float = 0.0
+    kind: str, messages: list[dict[str, Any]], max_tokens: int, temperature: float = 0.0
 ) -> dict[str, Any]:
     """A streaming chat request that generates exactly `max_tokens` tokens: greedy, or at
     `temperature` with the server's other sampling defaults (what a user sends)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -79,6 +80,22 @@ MULTI_TURN_ROWS = (
     Row("turn 2 cached tokens", "cached2_tokens", "{:.0f}", True),
     Row("streams cut short", "short", "{:.0f}", False, noise=0.0),
 )
+# The images workload (bench/images.py), each server's figures over its new images.
+IMAGE_ROWS = (
+    Row("cold TTFT p50 ms", "ttft_p50_ms", "{:.0f}", False),
+    Row("repeated-image TTFT p50 ms", "repeat_ttft_p50_ms", "{:.0f}", False),
+    Row("generated tok/s p50", "decode_tps_p50", "{:.1f}", True),
+    Row("prompt tokens", "prompt_tokens", "{:.0f}", None),
+    Row("repeat cached tokens", "repeat_cached_tokens", "{:.0f}", True),
+    Row("streams cut short", "short", "{:.0f}", False, noise=0.0),
+)
+# The per-image values behind a row's median (the rounds its "vs previous" noise comes from).
+IMAGE_ROUNDS = {
+    "ttft_p50_ms": "ttft_ms",
+    "repeat_ttft_p50_ms": "repeat_ttft_ms",
+    "decode_tps_p50": "decode_tps",
+}
+NA = "n/a"
 SHORT_NAMES = {
     EDGESERVE: "edgeserve",
     EDGESERVE_BASELINE: "es-baseline",
@@ -193,6 +210,7 @@ def render(results: dict[str, Any]) -> tuple[list[str], list[Figure]]:
         for row in MULTI_TURN_ROWS:
             values = {s: mt[s].get(row.key) if s in mt else None for s in servers}
             lines.append(tab.row(row, values, "multi-turn "))
+    lines += _images(results, tab)
     lb = results.get("llama_bench")
     if lb:
         lines.append(
@@ -226,20 +244,56 @@ class _Table:
         self.versus = versus
 
     def row(
-        self, row: Row, values: dict[str, float | None], prefix: str, noise: float | None = None
+        self,
+        row: Row,
+        values: dict[str, float | None],
+        prefix: str,
+        noise: float | None = None,
+        na: Collection[str] = (),
     ) -> str:
         """One line; `prefix` names the block in the regressions list, `noise` replaces the
-        row's own (the rounds' spread)."""
+        row's own (the rounds' spread); the servers in `na` cannot run the block ("n/a", in
+        their ratios too, and no figure for the regressions)."""
         vals = {s: _scaled(v, row.scale) for s, v in values.items()}
-        line = f"  {row.label:27}" + "".join(f"{_fmt(vals[s], row.spec):>14}" for s in self.servers)
-        line += "".join(f"{ratio(vals.get(EDGESERVE), vals.get(a)):>14}" for a in self.anchors)
+        shown_vals = {s: NA if s in na else _fmt(vals[s], row.spec) for s in self.servers}
+        line = f"  {row.label:27}" + "".join(f"{shown_vals[s]:>14}" for s in self.servers)
+        line += "".join(
+            f"{NA if {EDGESERVE, a} & set(na) else ratio(vals.get(EDGESERVE), vals.get(a)):>14}"
+            for a in self.anchors
+        )
         if noise is None:
             noise = NOISE if row.noise is None else row.noise
         ours, base = vals.get(EDGESERVE), vals.get(EDGESERVE_BASELINE)
         label = prefix + row.label.strip()
         figure = Figure(label, ours, base, row.higher_is_better, row.spec, noise, row.floor)
+        if self.versus.active and set(EDGESERVES) & set(na):
+            return line + f"{NA:>14}"
         shown = self.versus.ratio(figure)
         return line + ("" if shown is None else f"{shown:>14}")
+
+
+def _images(results: dict[str, Any], tab: _Table) -> list[str]:
+    """The images block: each server's figures, edgeserve / llama-server and, where the
+    baseline takes images, edgeserve / previous; "n/a" for a server that cannot."""
+    im = results.get("images")
+    if not im:
+        return []
+    na = im.get("unsupported") or {}
+    lines = [
+        f"images (one {im['width']}x{im['height']} PNG of {im['png_bytes'] / 1024:.0f} KiB per "
+        f"request, --parallel 1, {im['max_tokens']} tokens; {im['requests']} new images, each "
+        f"sent twice; --mmproj {Path(im['mmproj']).name})"
+    ]
+    for row in IMAGE_ROWS:
+        noise = row.noise
+        rounds_key = IMAGE_ROUNDS.get(row.key)
+        if rounds_key is not None:
+            noise = rounds_noise(*((im.get(s) or {}).get(rounds_key) or [] for s in EDGESERVES))
+        values = {s: (im.get(s) or {}).get(row.key) for s in tab.servers}
+        lines.append(tab.row(row, values, "images ", noise, na))
+    for kind, reason in na.items():
+        lines.append(f"  {kind} n/a: {reason}")
+    return lines
 
 
 def _pair(per_kind: dict[str, Any], key: str) -> tuple[Any, Any]:
@@ -501,6 +555,10 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
             )
         )
         out.append(("healthy after the hostile requests", ab["healthy_after"], ""))
+    im = results.get("images")
+    if im:
+        es, ls = ((im.get(kind) or {}).get("ttft_p50_ms") for kind in (EDGESERVE, LLAMA_SERVER))
+        out.append(_at_most("image TTFT p50 <= llama-server's (cold, --mmproj)", es, ls, 1.0, "ms"))
     gr = results.get("grounded", {}).get("1", {})
     if "edgeserve" in gr and "llama-server" in gr:
         ours = statistics.median(gr["edgeserve"]["tok_s"])
