@@ -110,7 +110,7 @@ async def test_anthropic_image_block(vision_server, vision_engine) -> None:
     message = await client.messages.create(
         model="m",
         max_tokens=TOKENS,
-        temperature=0,
+        extra_body={"temperature": 0},  # anthropic 2.x's create() no longer takes it
         messages=[
             {
                 "role": "user",
