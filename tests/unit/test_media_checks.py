@@ -427,13 +427,20 @@ async def test_anthropic_image_blocks(limits, fetched):
         assistant([use]),
         user([{"type": "text", "text": "And this?"}, result]),
         assistant("A dog."),
-        user([image_block({"type": "url", "url": REMOTE})]),
+        user(
+            [
+                {"type": "text", "text": "Also"},
+                {"type": "text", "text": "this:"},
+                image_block({"type": "url", "url": REMOTE}),
+            ]
+        ),
     )
     turns = await messages_turns(req, limits)
-    assert turns[0] == ChatTurn("user", f"{M}\n\nWhat?", (Media("image", PNG),))
+    # Blank lines between texts, none beside an image (as chat's items).
+    assert turns[0] == ChatTurn("user", f"{M}What?", (Media("image", PNG),))
     # A tool turn: the results first, then the message's text (see _messages_turn).
-    assert turns[2] == ChatTurn("tool", f"Here:\n{M}\n\nAnd this?", (Media("image", JPEG),))
-    assert turns[4] == ChatTurn("user", M, (Media("image", JPEG),))
+    assert turns[2] == ChatTurn("tool", f"Here:{M}\n\nAnd this?", (Media("image", JPEG),))
+    assert turns[4] == ChatTurn("user", f"Also\n\nthis:{M}", (Media("image", JPEG),))
     assert fetched.asked == [(REMOTE, limits.max_media_bytes)]
 
 

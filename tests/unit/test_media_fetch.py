@@ -306,6 +306,7 @@ async def test_a_fetcher_not_started_refuses():
         ("100.64.0.1", False),
         ("0.0.0.0", False),
         ("224.0.0.1", False),
+        ("ff02::1", False),
         ("::1", False),
         ("fe80::1", False),
         ("fc00::1", False),

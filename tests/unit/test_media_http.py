@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,7 @@ from edgeserve.http.app import create_app
 from edgeserve.http.keys import LIMITS
 from edgeserve.http.media_fetch import HttpMediaFetcher
 from edgeserve.http.request import LARGE_BODY_BYTES
+from edgeserve.log import PROMPTS
 
 PNG = b"\x89PNG\r\n\x1a\nfake png"
 WAV = b"RIFF....WAVEfmt fake wav"
@@ -295,12 +297,30 @@ async def test_the_fetcher_is_open_while_the_app_runs(aiohttp_client, engine):
         await fetcher.fetch("http://93.184.215.14/x.png", 10)
 
 
-async def test_the_prompt_log_shows_media_by_kind(make_client, engine, caplog):
+class Kept(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+async def test_the_prompt_log_shows_media_by_kind(make_client, engine):
     engine.media_kinds = frozenset({"image"})
     client = await make_client(log_prompts=True)
     body = chat(image(data_url(PNG)), {"type": "text", "text": "and"}, image(data_url(PNG)))
-    with caplog.at_level("DEBUG", logger="edgeserve.prompts"):
+    logger, kept = logging.getLogger(PROMPTS), Kept()
+    level, disabled = logger.level, logger.disabled  # as setup_logging left them
+    logger.addHandler(kept)
+    logger.setLevel(logging.DEBUG)
+    logger.disabled = False  # as setup_logging(log_prompts=True) leaves it
+    try:
         status, _ = await post(client, "/v1/chat/completions", body)
+    finally:
+        logger.removeHandler(kept)
+        logger.setLevel(level)
+        logger.disabled = disabled
     assert status == 200
-    [record] = [r for r in caplog.records if r.name == "edgeserve.prompts"]
+    [record] = kept.records
     assert json.loads(record.prompt) == [{"role": "user", "content": "<image>and<image>"}]

@@ -71,18 +71,22 @@ class MessagesPrompt:
 
 @dataclass(frozen=True)
 class _Piece:
-    """Part of a turn's content: text (a MEDIA_MARKER for an image) and its images."""
+    """Part of a turn's content: text, an image block (a MEDIA_MARKER, `image`), or a tool
+    result's text and images."""
 
     text: str
     sources: tuple[MediaSource, ...] = ()
+    image: bool = False
 
 
 def _joined(pieces: list[_Piece], separator: str) -> _Piece:
-    """The pieces joined, their images in the same order."""
-    return _Piece(
-        separator.join(piece.text for piece in pieces),
-        tuple(source for piece in pieces for source in piece.sources),
+    """The pieces in order, `separator` between two that are not images (an image stands
+    right beside its text, as chat's items do), their images in the same order."""
+    text = "".join(
+        (separator if i and not (piece.image or pieces[i - 1].image) else "") + piece.text
+        for i, piece in enumerate(pieces)
     )
+    return _Piece(text, tuple(source for piece in pieces for source in piece.sources))
 
 
 def messages_calls_wanted(req: CountTokensRequest) -> bool:
@@ -274,11 +278,11 @@ async def _image(block: ImageBlock, place: str, limits: Limits) -> _Piece:
         raise bad(Detail.IMAGE_FILE_SOURCE.format(where=place))
     if isinstance(source, URLImageSource):
         await check_remote_url(source.url, limits)
-        return _Piece(MEDIA_MARKER, (MediaSource("image", place, url=source.url),))
+        return _Piece(MEDIA_MARKER, (MediaSource("image", place, url=source.url),), image=True)
     data = decode_base64(source.data)
     if data is None:
         raise bad(Detail.BAD_BASE64.format(where=f"{place}.source.data"))
-    return _Piece(MEDIA_MARKER, (MediaSource("image", place, data=data),))
+    return _Piece(MEDIA_MARKER, (MediaSource("image", place, data=data),), image=True)
 
 
 def _messages_forced(req: CountTokensRequest, kind: str) -> list[tuple[str, dict[str, Any]]]:
