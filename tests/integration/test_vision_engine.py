@@ -23,6 +23,7 @@ from edgeserve.engine.generating import Generating
 from edgeserve.engine.types import (
     MEDIA_MARKER,
     ChatTurn,
+    EngineConfig,
     Finished,
     GenerationRequest,
     Media,
@@ -33,7 +34,7 @@ from edgeserve.engine.worker import Engine
 from edgeserve.errors import InvalidMedia, RequestTooLarge
 from tests.conftest import VISION_CTX as N_CTX
 from tests.conftest import VISION_PARALLEL as PARALLEL
-from tests.fixtures.tiny_projector import IMAGE_TOKENS
+from tests.fixtures.tiny_projector import IMAGE_TOKENS, write_tiny_projector
 from tests.integration.engine_idle import assert_engine_idle
 from tests.integration.vision import chat, image_bytes, image_turn, llama_cpp_logits
 
@@ -245,3 +246,17 @@ async def test_a_cancel_during_image_encode_or_decode_leaves_the_engine_idle(
         assert stats.busy_slots == 0 and stats.queue_length == 0
         # nothing was generated for it: at most the media step and one more ran
         assert vision_engine.steps - steps <= 3
+
+
+def test_a_projector_for_another_width_or_no_projector_file_fails_the_load(
+    model_path: Path, tmp_path: Path
+) -> None:
+    wrong = tmp_path / "wrong-width.gguf"
+    write_tiny_projector(wrong, width=320)
+    not_gguf = tmp_path / "not.gguf"
+    not_gguf.write_bytes(b"GGUF? no")
+    for path, why in ((wrong, "embeddings are 640 wide"), (not_gguf, "could not load")):
+        engine = Engine(EngineConfig(model_path=str(model_path), mmproj_path=str(path)))
+        assert not engine.load()
+        assert why in str(engine.load_error)
+        assert "\n" not in str(engine.load_error)
