@@ -164,7 +164,6 @@ class Backend(KvCache, Protocol):
     n_seq: int
     is_classifier: bool
     media_kinds: frozenset[MediaKind]  # what --mmproj lets the model take besides text
-    max_media_positions: int  # the most positions one media item may take (one micro-batch)
     add_bos: bool
     bos: int
     max_piece_bytes: int
@@ -179,6 +178,11 @@ class Backend(KvCache, Protocol):
         """Decode `batch` in the generation context: 0 done, 1 no room in the KV cache (nothing
         stored), anything else a broken context. Returns once the step is computed (on an
         accelerator too), so its duration is the step's cost (`StepCost`)."""
+        ...
+
+    def media_room(self, non_causal: bool) -> int:
+        """The most positions one media item may take: one decode, and one micro-batch when
+        its positions attend to each other (non-causal)."""
         ...
 
     def decode_media(self, seq: int, start: int, rows: np.ndarray, non_causal: bool) -> int:

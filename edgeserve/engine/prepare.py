@@ -140,10 +140,10 @@ def _media_prompt(
                 tokens += part
                 continue
             n = len(part.rows)
-            if n > backend.max_media_positions:
+            if n > (room := backend.media_room(part.non_causal)):
                 raise InvalidMedia(
-                    f"media item {number} takes {n} positions, more than one micro-batch "
-                    f"of {backend.max_media_positions}"
+                    f"media item {number} takes {n} positions, more than the {room} "
+                    "one decode may hold (--batch-size)"
                 )
             positions += n
             if positions > config.max_media_tokens:

@@ -89,7 +89,6 @@ class LlamaBackend:
         self.media_kinds: frozenset[MediaKind] = (
             self.projector.kinds if self.projector else frozenset()
         )
-        self.max_media_positions = min(config.n_batch, MAX_UBATCH)
         self.add_bos = model.add_bos
         self.bos = model.bos
         self.gpu_offload = model.gpu_offload
@@ -107,6 +106,10 @@ class LlamaBackend:
             for seq, pos, n in self.batch.runs:
                 self._cells.stored(seq, pos, n)
         return rc
+
+    def media_room(self, non_causal: bool) -> int:
+        """One batch, or one micro-batch for non-causal positions (see Backend.media_room)."""
+        return min(self.config.n_batch, MAX_UBATCH) if non_causal else self.config.n_batch
 
     def decode_media(self, seq: int, start: int, rows: np.ndarray, non_causal: bool) -> int:
         """Decode a media item's embedding rows into `seq` (see Backend.decode_media)."""
