@@ -446,6 +446,7 @@ class Bench:
               flush=True)  # fmt: skip
         result: dict[str, Any] = {
             "width": images.WIDTH,
+            "parallel": images.PARALLEL,
             "height": images.HEIGHT,
             "png_bytes": len(images.png_bytes(images.WIDTH, images.HEIGHT, 0)),
             "mmproj": str(mmproj),
@@ -459,7 +460,9 @@ class Bench:
             if reason:
                 unsupported[kind] = reason
         extra = ("--mmproj", str(mmproj))
-        running = [servers.start(kind, 1, extra) for kind in kinds if kind not in unsupported]
+        running = [
+            servers.start(kind, images.PARALLEL, extra) for kind in kinds if kind not in unsupported
+        ]
         started = await asyncio.gather(
             *(servers.wait_ready(s) for s in running), return_exceptions=True
         )
@@ -485,6 +488,16 @@ class Bench:
             )
             if meter.other() > 0.2 * (time.perf_counter() - began):
                 self.results["noisy_runs"].append("images")
+            photo = images.photo_png(images.PHOTO_WIDTH, images.PHOTO_HEIGHT)
+            result["photo"] = {"width": images.PHOTO_WIDTH, "height": images.PHOTO_HEIGHT}
+            for server in running:
+                await self.wait_quiet(running)
+                beside = await images.photo_beside_stream(server.url, server.kind, photo)
+                result[server.kind]["photo"] = beside
+                error = f", {beside['error']}" if beside["error"] else ""
+                print(f"  {server.kind:18} {images.PHOTO_WIDTH}x{images.PHOTO_HEIGHT} photo beside "
+                      f"a stream: longest gap {beside['max_gap_s'] or 0:.2f} s, photo TTFT "
+                      f"{beside['photo_ttft_s'] or 0:.2f} s{error}", flush=True)  # fmt: skip
             for server in running:
                 r = result[server.kind]
                 print(f"  {server.kind:18} TTFT p50 {r['ttft_p50_ms'] or 0:6.0f} ms cold, "

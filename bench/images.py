@@ -20,6 +20,7 @@ with the projector or refuses the image; the reason is kept in the results.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import random
 import re
@@ -34,6 +35,12 @@ from bench import load
 from bench.anchors import EDGESERVE, EDGESERVES, LLAMA_SERVER, Setup
 
 WIDTH, HEIGHT = 640, 480
+# The photo sent beside a running text stream: a camera's size, decoded and encoded by the
+# server while the stream runs (target: the stream never waits 1 s for a token).
+PHOTO_WIDTH, PHOTO_HEIGHT = 4000, 3000
+STREAM_TOKENS = 400
+# Sequences each server runs: the photo request beside the stream needs a second one.
+PARALLEL = 2
 PROMPT = "Describe this picture in a few sentences."
 # Image seeds: round r uses r; the warm-up one is apart from every round's.
 WARM_UP_SEED = 1_000_000
@@ -48,18 +55,36 @@ def png_bytes(width: int, height: int, seed: int) -> bytes:
     library only: the pixels do not compress, so every server decodes the full size)."""
     rng = random.Random(seed)
     raw = b"".join(b"\x00" + rng.randbytes(3 * width) for _ in range(height))
+    return png_from_rows(width, height, raw)
+
+
+def png_from_rows(width: int, height: int, raw: bytes) -> bytes:
+    """An 8-bit RGB PNG of `raw` (each row led by its filter byte)."""
 
     def chunk(tag: bytes, data: bytes) -> bytes:
         body = tag + data
         return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
 
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     return (
         b"\x89PNG\r\n\x1a\n"
         + chunk(b"IHDR", header)
         + chunk(b"IDAT", zlib.compress(raw))
         + chunk(b"IEND", b"")
     )
+
+
+def photo_png(width: int, height: int) -> bytes:
+    """A smooth `width`×`height` gradient as a PNG: all its pixels to decode, few bytes to send."""
+    red = bytes(x * 255 // max(1, width - 1) for x in range(width))
+    rows = []
+    for y in range(height):
+        row = bytearray(3 * width)
+        row[0::3] = red
+        row[1::3] = bytes([y * 255 // max(1, height - 1)]) * width
+        row[2::3] = b"\x80" * width
+        rows.append(b"\x00" + bytes(row))
+    return png_from_rows(width, height, b"".join(rows))
 
 
 def data_url(png: bytes) -> str:
@@ -187,3 +212,23 @@ async def compare(
                 cold[kind].append(await load.stream_chat(http, url, body))
                 repeated[kind].append(await load.stream_chat(http, url, body))
     return {kind: summarize(cold[kind], repeated[kind]) for kind, _ in pair}
+
+
+async def photo_beside_stream(url: str, kind: str, photo: bytes) -> dict[str, Any]:
+    """A long text stream runs; a second after it starts, `photo` is sent. The stream's
+    longest wait for a token, the photo request's own time to first token and any error."""
+    story = [{"role": "user", "content": "Tell a long story about a lighthouse."}]
+    async with load.session() as http:
+        stream = asyncio.ensure_future(
+            load.stream_chat(http, url, load.chat_body(kind, story, STREAM_TOKENS))
+        )
+        await asyncio.sleep(1.0)
+        image = await load.stream_chat(
+            http, url, load.chat_body(kind, messages(data_url(photo)), 4)
+        )
+        text = await stream
+    return {
+        "max_gap_s": max(text.gaps, default=None),
+        "photo_ttft_s": image.ttft,
+        "error": image.error or text.error,
+    }

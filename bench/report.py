@@ -281,7 +281,8 @@ def _images(results: dict[str, Any], tab: _Table) -> list[str]:
     na = im.get("unsupported") or {}
     lines = [
         f"images (one {im['width']}x{im['height']} PNG of {im['png_bytes'] / 1024:.0f} KiB per "
-        f"request, --parallel 1, {im['max_tokens']} tokens; {im['requests']} new images, each "
+        f"request, --parallel {im.get('parallel', 1)}, {im['max_tokens']} tokens; "
+        f"{im['requests']} new images, each "
         f"sent twice; --mmproj {Path(im['mmproj']).name})"
     ]
     for row in IMAGE_ROWS:
@@ -291,6 +292,18 @@ def _images(results: dict[str, Any], tab: _Table) -> list[str]:
             noise = rounds_noise(*((im.get(s) or {}).get(rounds_key) or [] for s in EDGESERVES))
         values = {s: (im.get(s) or {}).get(row.key) for s in tab.servers}
         lines.append(tab.row(row, values, "images ", noise, na))
+    photo = im.get("photo")
+    if photo:
+        size = f"{photo['width']}x{photo['height']}"
+        for kind in tab.servers:
+            beside = (im.get(kind) or {}).get("photo")
+            if beside:
+                error = f" ({beside['error']})" if beside.get("error") else ""
+                lines.append(
+                    f"  {kind}: a {size} photo beside a stream: the stream's longest gap "
+                    f"{_secs(beside['max_gap_s'])}, the photo's TTFT "
+                    f"{_secs(beside['photo_ttft_s'])}{error}"
+                )
     for kind, reason in na.items():
         lines.append(f"  {kind} n/a: {reason}")
     return lines
@@ -559,6 +572,11 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
     if im:
         es, ls = ((im.get(kind) or {}).get("ttft_p50_ms") for kind in (EDGESERVE, LLAMA_SERVER))
         out.append(_at_most("image TTFT p50 <= llama-server's (cold, --mmproj)", es, ls, 1.0, "ms"))
+        gap = ((im.get(EDGESERVE) or {}).get("photo") or {}).get("max_gap_s")
+        if gap is not None:
+            out.append(
+                ("a stream's longest gap < 1 s beside a camera photo", gap < 1.0, _secs(gap))
+            )
     gr = results.get("grounded", {}).get("1", {})
     if "edgeserve" in gr and "llama-server" in gr:
         ours = statistics.median(gr["edgeserve"]["tok_s"])

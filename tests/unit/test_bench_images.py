@@ -214,6 +214,36 @@ def test_the_image_ttft_target():
     assert what not in {w for w, _, _ in report.targets(results())}
 
 
+def test_the_photo_is_a_camera_sized_png_that_is_cheap_to_send():
+    width, height = images.PHOTO_WIDTH, images.PHOTO_HEIGHT
+    data = images.photo_png(width, height)
+    picture = Image.open(io.BytesIO(data))
+    assert picture.size == (4000, 3000) and picture.mode == "RGB"
+    assert picture.getpixel((0, 0)) == (0, 0, 128)
+    assert picture.getpixel((width - 1, height - 1)) == (255, 255, 128)
+    assert len(data) < width * height * 3 / 50  # a gradient: all pixels to decode, few bytes
+
+
+def test_the_photo_beside_a_stream_in_the_report_and_its_target():
+    data = with_images(results(), None)
+    data["images"]["photo"] = {"width": 4000, "height": 3000}
+    data["images"][EDGESERVE]["photo"] = {"max_gap_s": 0.31, "photo_ttft_s": 1.2, "error": None}
+    data["images"][LLAMA_SERVER]["photo"] = {"max_gap_s": 1.7, "photo_ttft_s": 1.9, "error": None}
+    lines = block(lines_of(data), "images")
+    assert (
+        "  edgeserve: a 4000x3000 photo beside a stream: the stream's longest gap 0.31 s, "
+        "the photo's TTFT 1.20 s"
+    ) in lines
+    assert any(line.startswith("  llama-server: a 4000x3000 photo") for line in lines)
+    what = "a stream's longest gap < 1 s beside a camera photo"
+    checks = {w: (ok, why) for w, ok, why in report.targets(data)}
+    assert checks[what] == (True, "0.31 s")
+    data["images"][EDGESERVE]["photo"]["max_gap_s"] = 1.5
+    assert {w: ok for w, ok, _ in report.targets(data)}[what] is False
+    del data["images"]["photo"], data["images"][EDGESERVE]["photo"]
+    assert what not in {w for w, _, _ in report.targets(data)}
+
+
 @pytest.fixture
 def model(tmp_path: Path) -> Path:
     path = tmp_path / "m.gguf"
