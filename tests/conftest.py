@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,37 +48,43 @@ def engine(model_path: Path) -> Iterator[object]:
 
 VISION_CTX = 2048
 VISION_PARALLEL = 4
+# Media positions per request: one audio clip (a 30 s chunk, ~760 positions) and a few images.
+VISION_MEDIA_TOKENS = 1000
 
 
 @pytest.fixture(scope="session")
 def projector(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny Gemma 3 vision projector written for the session (tests/fixtures)."""
+    """A tiny projector written for the session (tests/fixtures): Gemma 3 vision and a
+    Qwen2-Audio-style audio encoder in one file."""
     from tests.fixtures.tiny_projector import write_tiny_projector
 
     path = tmp_path_factory.mktemp("projector") / "tiny-mmproj.gguf"
-    write_tiny_projector(path, seed=0)
+    write_tiny_projector(path, seed=0, audio=True)
     return path
+
+
+def vision_config(model_path: Path, projector: Path) -> Any:
+    """The EngineConfig of the engines with the tiny projector."""
+    from edgeserve.config import physical_cores
+    from edgeserve.engine.types import EngineConfig
+
+    return EngineConfig(
+        model_path=str(model_path),
+        mmproj_path=str(projector),
+        n_ctx=VISION_CTX,
+        parallel=VISION_PARALLEL,
+        n_threads=physical_cores(),
+        max_media_tokens=VISION_MEDIA_TOKENS,
+    )
 
 
 @pytest.fixture(scope="session")
 def vision_engine(model_path: Path, projector: Path) -> Iterator[object]:
     """A second real engine: the default model with the tiny projector (--mmproj), loaded
     once, by the tests that send images."""
-    from edgeserve.config import physical_cores
-    from edgeserve.engine.types import EngineConfig
     from edgeserve.engine.worker import Engine
-    from tests.fixtures.tiny_projector import IMAGE_TOKENS
 
-    eng = Engine(
-        EngineConfig(
-            model_path=str(model_path),
-            mmproj_path=str(projector),
-            n_ctx=VISION_CTX,
-            parallel=VISION_PARALLEL,
-            n_threads=physical_cores(),
-            max_media_tokens=3 * IMAGE_TOKENS,
-        )
-    )
+    eng = Engine(vision_config(model_path, projector))
     eng.start()
     if not eng.wait_loaded(120):
         raise RuntimeError(f"the model with the projector failed to load: {eng.load_error}")

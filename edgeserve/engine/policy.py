@@ -196,12 +196,20 @@ class Scheduler:
 
     def _reuse_prefix(self, seq: int, common: int, n_prompt: int) -> int:
         """Keep the first `common` cached cells of `seq` (at least one prompt token is always
-        decoded again, for its logits); drop the rest. Returns how many were kept."""
+        decoded again, for its logits) when the window of the next position still finds them
+        all (see KvCache); drop the rest. Returns how many were kept."""
         common = min(common, n_prompt - 1)
-        if common > 0 and self.kv.seq_pos_range(seq)[0] == 0 and self._cut(seq, common):
+        first = self.kv.seq_pos_range(seq)[0]
+        if common > 0 and 0 <= first <= self._window_start(common) and self._cut(seq, common):
             return common
         self._cut(seq, -1)
         return 0
+
+    def _window_start(self, position: int) -> int:
+        """The first position that the token at `position` attends to (0 without a sliding
+        window): a sequence may have lost the cells before it."""
+        n_swa = self.kv.n_swa
+        return max(0, position + 1 - n_swa) if n_swa > 0 else 0
 
     def _take_cleared(self) -> int:
         seq = self.slots.take_any()
@@ -300,7 +308,8 @@ class Scheduler:
         """Raise InvariantError unless: each sequence id is owned by at most one live choice or
         is free, never both; every stored sequence is contiguous from position 0 and ends
         where its owner's next token goes; no ended job is in a live collection; the
-        reservations add up; each draft model sequence holds what it recorded."""
+        reservations add up; each draft model sequence holds what it recorded. (With a
+        sliding window, "from position 0" means from no later than the window's start.)"""
         owners: dict[int, tuple[int, int]] = {}
         for job in self.active:
             _expect(
@@ -336,13 +345,14 @@ class Scheduler:
             _expect(mismatch is None, f"{mismatch}")
 
     def _expect_cells(self, seq: int, n_past: int, who: str) -> None:
-        """Check that `seq` holds exactly positions 0 … n_past-1."""
+        """Check that `seq` holds positions 0 … n_past-1: all of them, or (with a sliding
+        window) at least those the window of its next position finds."""
         first, last = self.kv.seq_pos_range(seq)
         if n_past == 0:
             _expect(last < 0, f"sequence {seq} ({who}) should be empty, holds up to {last}")
         else:
             _expect(
-                first == 0 and last == n_past - 1,
+                0 <= first <= self._window_start(n_past) and last == n_past - 1,
                 f"sequence {seq} ({who}) holds [{first}, {last}], expected [0, {n_past - 1}]",
             )
 

@@ -108,7 +108,14 @@ class Batch(Protocol):
 
 
 class KvCache(Protocol):
-    """The generation context's KV cache, by sequence id (llama.cpp's memory API)."""
+    """The generation context's KV cache, by sequence id (llama.cpp's memory API).
+
+    With sliding-window attention (`n_swa` > 0, Gemma 3: 512) llama.cpp may give a sequence's
+    cells that its window has left behind (positions up to its last + 1 - n_swa) to other
+    sequences, so a sequence's first stored position can move up from 0 (`seq_pos_range`).
+    """
+
+    n_swa: int  # the attention window's size; 0 without sliding-window attention
 
     def seq_rm(self, seq: int, p0: int, p1: int) -> bool:
         """Drop positions [p0, p1) of `seq` (-1: open end); False when it cannot."""

@@ -134,6 +134,7 @@ class GatedEngine:
         self.load_error = None
         self.loaded = False
         self.can_generate = True
+        self.media_kinds: frozenset[str] = frozenset()
 
     def start(self) -> None:
         pass

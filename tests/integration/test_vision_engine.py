@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +35,8 @@ from edgeserve.engine.worker import Engine
 from edgeserve.errors import InvalidMedia, RequestTooLarge
 from tests.conftest import VISION_CTX as N_CTX
 from tests.conftest import VISION_PARALLEL as PARALLEL
-from tests.fixtures.tiny_projector import IMAGE_TOKENS, write_tiny_projector
+from tests.conftest import vision_config
+from tests.fixtures.tiny_projector import IMAGE_TOKENS, wav_bytes, write_tiny_projector
 from tests.integration.engine_idle import assert_engine_idle
 from tests.integration.vision import chat, image_bytes, image_turn, llama_cpp_logits
 
@@ -136,6 +138,49 @@ async def test_image_logits_equal_llama_cpps_cold_cached_and_on_another_sequence
     assert int(row.argmax()) == int(moved_expected.argmax())
 
 
+@pytest.fixture
+def fresh_engine(model_path: Path, projector: Path) -> Iterator[Engine]:
+    """An engine of its own with the session's projector, its cache empty: bits can be
+    compared with llama.cpp's fresh context (the cache layout is the same)."""
+    engine = Engine(vision_config(model_path, projector))
+    engine.start()
+    assert engine.wait_loaded(120), engine.load_error
+    yield engine
+    engine.close()
+
+
+async def test_audio_logits_equal_llama_cpps_and_a_repeated_clip_comes_from_the_cache(
+    fresh_engine: Engine, model_path: Path, projector: Path, first_rows
+) -> None:
+    vision_engine = fresh_engine
+    clip = wav_bytes(1.0, hertz=523.0)
+    prompt = chat(
+        ChatTurn("user", f"Hear this: {MEDIA_MARKER} What sound is it?", (Media("audio", clip),))
+    )
+    ids, expected = reference(model_path, projector, vision_engine, prompt, [clip])
+    positions = ids.count(None)
+    assert positions > 100  # a 30 s chunk's frames, halved by the encoder
+    request = greedy(prompt)
+    _, finished = await run(vision_engine, request)
+    assert finished.cached_tokens <= 4
+    assert np.array_equal(first_rows[id(request)][1], expected)
+    again = greedy(prompt)
+    _, finished = await run(vision_engine, again)
+    assert finished.cached_tokens == len(ids) - 1
+    assert np.array_equal(first_rows[id(again)][1], expected)
+    other = chat(
+        ChatTurn(
+            "user",
+            f"Hear this: {MEDIA_MARKER} What sound is it?",
+            (Media("audio", wav_bytes(1.0, hertz=262.0)),),
+        )
+    )
+    request = greedy(other)
+    _, finished = await run(vision_engine, request)
+    assert finished.cached_tokens == ids.index(None)  # the text before the clip, no more
+    assert not np.allclose(first_rows[id(request)][1], expected, atol=1.0)
+
+
 async def test_image_answers_beside_text_streams_equal_their_solo_runs(
     vision_engine: Engine,
 ) -> None:
@@ -190,8 +235,8 @@ async def test_bad_images_are_refused_and_the_engine_goes_on(vision_engine: Engi
     too_many = chat(
         ChatTurn(
             "user",
-            "".join(f"{i}{MEDIA_MARKER}" for i in range(4)),
-            tuple(Media("image", image_bytes(50 + i)) for i in range(4)),
+            f"Two clips: {MEDIA_MARKER} and {MEDIA_MARKER}",
+            (Media("audio", wav_bytes(1.0)), Media("audio", wav_bytes(1.0, hertz=330.0))),
         )
     )
     with pytest.raises(RequestTooLarge):

@@ -1,6 +1,7 @@
-"""Images through the official `openai` and `anthropic` SDKs, unchanged, against a server whose
-engine has the tiny projector (tests/fixtures/tiny_projector.py): an `image_url` data URL in
-chat, `input_image` in Responses, an Anthropic `image` block; each answer equals the engine's
+"""Images and audio through the official `openai` and `anthropic` SDKs, unchanged, against a
+server whose engine has the tiny projector (tests/fixtures/tiny_projector.py): an `image_url`
+data URL and an `input_audio` clip in chat, `input_image` in Responses, an Anthropic `image`
+block; each answer equals the engine's
 own answer for the same conversation. Bad images are 400s the SDKs raise as BadRequestError,
 and a client that leaves while its image is in the engine leaves it idle."""
 
@@ -17,8 +18,17 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from edgeserve.engine.client import EngineClient
-from edgeserve.engine.types import GenerationRequest, SamplingParams, TextDelta
+from edgeserve.engine.types import (
+    MEDIA_MARKER,
+    ChatPrompt,
+    ChatTurn,
+    GenerationRequest,
+    Media,
+    SamplingParams,
+    TextDelta,
+)
 from edgeserve.http.app import create_app
+from tests.fixtures.tiny_projector import wav_bytes
 from tests.integration.engine_idle import assert_engine_idle
 from tests.integration.vision import chat, image_bytes, image_turn
 from tests.sdk.conftest import TIMEOUT_S, base_url
@@ -48,9 +58,12 @@ def data_url(data: bytes, kind: str = "png") -> str:
 
 async def engine_answer(engine, data: bytes) -> str:  # type: ignore[no-untyped-def]
     """The engine's own greedy answer to QUESTION after the image (no HTTP)."""
-    request = GenerationRequest(
-        chat(image_turn("", data, QUESTION)), SamplingParams(max_tokens=TOKENS, temperature=0)
-    )
+    return await engine_text(engine, chat(image_turn("", data, QUESTION)))
+
+
+async def engine_text(engine, prompt: ChatPrompt) -> str:  # type: ignore[no-untyped-def]
+    """The engine's own greedy answer to a conversation (no HTTP)."""
+    request = GenerationRequest(prompt, SamplingParams(max_tokens=TOKENS, temperature=0))
     text = ""
     async with EngineClient(engine).generate(request) as generation:
         await generation.submit()
@@ -78,6 +91,19 @@ async def test_openai_chat_image_url_streamed_and_not(oai, vision_engine) -> Non
     )
     text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
     assert text == expected
+
+
+async def test_openai_chat_input_audio(oai, vision_engine) -> None:
+    clip = wav_bytes(1.0, hertz=392.0)
+    turn = ChatTurn("user", f"{MEDIA_MARKER}{QUESTION}", (Media("audio", clip),))
+    expected = await engine_text(vision_engine, chat(turn))
+    audio = {"data": base64.b64encode(clip).decode(), "format": "wav"}
+    content = [{"type": "input_audio", "input_audio": audio}, {"type": "text", "text": QUESTION}]
+    reply = await oai.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": content}], max_tokens=TOKENS, temperature=0
+    )
+    assert reply.choices[0].message.content == expected
+    assert reply.usage.prompt_tokens > 100  # the clip's positions count
 
 
 async def test_openai_responses_input_image(oai, vision_engine) -> None:

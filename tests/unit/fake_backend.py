@@ -203,6 +203,9 @@ class FakeBackend:
         self.n_seq = config.parallel
         self.is_classifier = False
         self.media_kinds: frozenset[str] = frozenset()
+        self.n_swa = 0
+        # Tests move a sequence's first position up as llama.cpp's sliding window does.
+        self.swa_lost: dict[int, int] = {}
         self.add_bos = True
         self.bos = BOS
         self.max_piece_bytes = 1
@@ -273,6 +276,8 @@ class FakeBackend:
 
     def seq_rm(self, seq: int, p0: int, p1: int) -> bool:
         cells = self._seqs[seq]
+        if p0 <= 0 and p1 < 0:
+            self.swa_lost.pop(seq, None)
         start = 0 if p0 < 0 else p0
         end = len(cells) if p1 < 0 else p1
         if end < len(cells) and start < end:
@@ -286,7 +291,9 @@ class FakeBackend:
 
     def seq_pos_range(self, seq: int) -> tuple[int, int]:
         cells = self._seqs[seq]
-        return (0, len(cells) - 1) if cells else (-1, -1)
+        if not cells:
+            return (-1, -1)
+        return (min(self.swa_lost.get(seq, 0), len(cells) - 1), len(cells) - 1)
 
     def history(self, seq: int) -> list[int]:
         return [token for token, _ in self._seqs[seq]]

@@ -267,6 +267,40 @@ def test_warm_prefix_cache_answers_like_a_cold_engine():
     h.assert_clean()
 
 
+def test_cells_a_sliding_window_left_behind_are_neither_a_fault_nor_reused():
+    # llama.cpp gives a sequence's cells that its window left behind to other sequences
+    # (Gemma 3: 512 positions): its first position moves up. That is no broken context; a
+    # prefix is reused only when the next position's window still finds all it needs.
+    h = Harness()
+    h.backend.n_swa = 8
+    first, _ = h.submit("a shared beginning then one", max_tokens=3)
+    h.run_until_idle()
+    seq = first.lead.seq_id
+    h.backend.swa_lost[seq] = 6  # positions 0-5 went to other sequences
+    h.step()  # the invariant check passes: a restart would show in assert_clean
+    near, second = h.submit("a shared beginning then two", max_tokens=3)
+    h.run_until_idle()
+    assert near.cached > 10  # its window (from position cached - 7) starts past 5
+    assert answers(second) == fresh_answer("a shared beginning then two", max_tokens=3)
+    for held in range(h.backend.n_seq):
+        if h.backend.history(held):
+            h.backend.swa_lost[held] = 6
+    far, third = h.submit("a shared b", max_tokens=3)  # 11 tokens: the last one's window is 3-10
+    h.run_until_idle()
+    assert far.cached == 0  # positions 3-5 are gone: the prompt is decoded again
+    assert answers(third) == fresh_answer("a shared b", max_tokens=3)
+    h.assert_clean()
+
+
+def test_a_lost_first_position_without_a_sliding_window_is_a_broken_context():
+    h = Harness()
+    job, _ = h.submit("a shared beginning", max_tokens=3)
+    h.run_until_idle()
+    h.backend.swa_lost[job.lead.seq_id] = 2
+    h.step()
+    assert h.engine.stats().engine_restarts == 1
+
+
 def test_choices_sharing_their_prompt_count_its_cells_once():
     # n=4 on a prompt of 100 tokens in 256 cells: the prompt four times would not fit. Each
     # choice decodes 5 of its 6 tokens (the last one is sampled, never decoded).

@@ -83,6 +83,7 @@ class LlamaBackend:
             chat_template=source,
         )
         self.n_ctx = model.n_ctx
+        self.n_swa = lc.llama_model_n_swa(model.model)
         self.n_vocab = model.n_vocab
         self.n_seq = config.parallel
         self.is_classifier = model.is_classifier
