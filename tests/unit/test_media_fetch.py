@@ -70,8 +70,17 @@ def answer(body: bytes = IMAGE, status: int = 200) -> Callable:
     return handler
 
 
+async def until_gone(request: web.Request, seconds: float) -> None:
+    """Wait `seconds`, or less once the client has closed the connection (a handler must
+    not outlive its test's event loop, holding its socket)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    while loop.time() < end and request.transport and not request.transport.is_closing():
+        await asyncio.sleep(0.02)
+
+
 async def slow(request: web.Request) -> web.Response:
-    await asyncio.sleep(5)
+    await until_gone(request, 5)
     return web.Response(body=IMAGE)
 
 
@@ -82,7 +91,7 @@ async def announced_big(request: web.Request) -> web.StreamResponse:
     response.content_length = 10 * LIMIT
     await response.prepare(request)
     await response.write(b"x" * 16)
-    await asyncio.sleep(5)
+    await until_gone(request, 5)
     return response
 
 
