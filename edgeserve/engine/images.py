@@ -20,17 +20,13 @@ Image.MAX_IMAGE_PIXELS = None
 
 @dataclass(frozen=True)
 class DecodedImage:
-    """An image as rows of RGB bytes, and a digest of exactly those pixels."""
+    """An image as rows of RGB bytes, and the SHA-256 of the file they came from (hashing the
+    file, not the pixels: a camera photo's file is a hundredth of its pixels)."""
 
     width: int
     height: int
     rgb: bytes
-
-    @property
-    def digest(self) -> bytes:
-        """SHA-256 of the size and pixels: the same picture in any file format matches."""
-        size = self.width.to_bytes(4, "little") + self.height.to_bytes(4, "little")
-        return hashlib.sha256(b"image" + size + self.rgb).digest()
+    digest: bytes
 
 
 def decode_image(data: bytes, max_pixels: int) -> DecodedImage:
@@ -49,8 +45,9 @@ def decode_image(data: bytes, max_pixels: int) -> DecodedImage:
         if width == 0 or height == 0:
             raise InvalidMedia("the image has no pixels")
         image.seek(0)
-        rgb = image.convert("RGB")
-        return DecodedImage(width, height, rgb.tobytes())
+        rgb = image if image.mode == "RGB" else image.convert("RGB")
+        digest = hashlib.sha256(b"image" + data).digest()
+        return DecodedImage(width, height, rgb.tobytes(), digest)
     except InvalidMedia:
         raise
     except UnidentifiedImageError:

@@ -105,7 +105,8 @@ class Projector:
     def _bitmap(self, media: DecodedImage | bytes) -> Any:
         mtmd = self._mtmd
         if isinstance(media, DecodedImage):
-            pixels = (ctypes.c_ubyte * len(media.rgb)).from_buffer_copy(media.rgb)
+            # a pointer into the bytes (no copy: libmtmd copies the pixels itself)
+            pixels = ctypes.cast(ctypes.c_char_p(media.rgb), ctypes.POINTER(ctypes.c_ubyte))
             bitmap = mtmd.mtmd_bitmap_init(media.width, media.height, pixels)
         else:
             data = (ctypes.c_uint8 * len(media)).from_buffer_copy(media)
