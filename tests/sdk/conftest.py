@@ -46,12 +46,17 @@ def base_url(server: TestServer) -> str:
     return str(server.make_url("/v1"))
 
 
-@pytest.fixture
-async def aclient(server: TestServer) -> AsyncIterator[openai.AsyncOpenAI]:
-    """An async SDK client of the default app (no retries, so errors surface at once)."""
-    client = openai.AsyncOpenAI(
+def async_client(server: TestServer) -> openai.AsyncOpenAI:
+    """An async SDK client of `server` (no retries, so errors surface at once)."""
+    return openai.AsyncOpenAI(
         base_url=base_url(server), api_key="x", max_retries=0, timeout=TIMEOUT_S
     )
+
+
+@pytest.fixture
+async def aclient(server: TestServer) -> AsyncIterator[openai.AsyncOpenAI]:
+    """An async SDK client of the default app."""
+    client = async_client(server)
     yield client
     await client.close()
 

@@ -31,7 +31,7 @@ from edgeserve.http.app import create_app
 from tests.fixtures.tiny_projector import wav_bytes
 from tests.integration.engine_idle import assert_engine_idle
 from tests.integration.vision import chat, image_bytes, image_turn
-from tests.sdk.conftest import TIMEOUT_S, base_url
+from tests.sdk.conftest import TIMEOUT_S, async_client
 
 QUESTION = "What is in this picture? Answer briefly."
 TOKENS = 6
@@ -45,9 +45,7 @@ async def vision_server(aiohttp_server, vision_engine, settings) -> TestServer:
 
 @pytest.fixture
 async def oai(vision_server: TestServer) -> AsyncIterator[openai.AsyncOpenAI]:
-    client = openai.AsyncOpenAI(
-        base_url=base_url(vision_server), api_key="x", max_retries=0, timeout=TIMEOUT_S
-    )
+    client = async_client(vision_server)
     yield client
     await client.close()
 

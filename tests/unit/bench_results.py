@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.anchors import EDGESERVE, EDGESERVE_BASELINE, LLAMA_SERVER
+from bench.anchors import EDGESERVE, EDGESERVE_BASELINE, LLAMA_SERVER, Setup
 from bench.grounded import no_spec
 
 MIB = 1024 * 1024
@@ -139,3 +140,17 @@ def results(servers: tuple[str, ...] = (EDGESERVE, EDGESERVE_BASELINE, LLAMA_SER
     }
     out["summary"] = report.summarize(out)
     return out
+
+
+def bench_setup(folder: Path) -> Setup:
+    """A bench setup with a baseline, its llama.cpp binaries and logs in `folder`."""
+    return Setup(
+        model=Path("m.gguf"),
+        threads=2,
+        ctx_size=4096,
+        edgeserve=Path(".venv/bin/edgeserve"),
+        llamacpp_bin=folder,
+        lcp_python=Path("python"),
+        logs=folder,
+        baseline=Path("/cache/abc/.venv/bin/edgeserve"),
+    )

@@ -19,6 +19,7 @@ from bench.anchors import (
     Setup,
     command,
 )
+from tests.unit.bench_results import bench_setup
 
 
 def test_servers_default_to_all_but_the_baseline_without_one():
@@ -73,16 +74,7 @@ def test_parse_args_refuses_a_missing_baseline(model: Path, tmp_path: Path, caps
 
 
 def test_the_baseline_starts_exactly_like_edgeserve_from_its_own_binary(tmp_path: Path):
-    setup = Setup(
-        model=Path("m.gguf"),
-        threads=2,
-        ctx_size=4096,
-        edgeserve=Path(".venv/bin/edgeserve"),
-        llamacpp_bin=tmp_path,
-        lcp_python=Path("python"),
-        logs=tmp_path,
-        baseline=Path("/cache/abc/.venv/bin/edgeserve"),
-    )
+    setup = bench_setup(tmp_path)
     ours = command(EDGESERVE, setup, 8000, 4, ("--draft-max", "0"))
     theirs = command(EDGESERVE_BASELINE, setup, 8000, 4, ("--draft-max", "0"))
     assert theirs[0] == "/cache/abc/.venv/bin/edgeserve"

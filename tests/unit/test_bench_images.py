@@ -18,7 +18,7 @@ from bench import build, images, report
 from bench.__main__ import parse_args
 from bench.anchors import EDGESERVE, EDGESERVE_BASELINE, LLAMA_SERVER, Setup
 from bench.load import Stream
-from tests.unit.bench_results import results
+from tests.unit.bench_results import bench_setup, results
 from tests.unit.test_bench_report import block, lines_of, row
 
 
@@ -64,16 +64,7 @@ def test_a_server_takes_images_when_its_help_lists_mmproj(help_text: str, offere
 
 
 def test_the_help_commands(tmp_path: Path):
-    setup = Setup(
-        model=Path("m.gguf"),
-        threads=2,
-        ctx_size=4096,
-        edgeserve=Path(".venv/bin/edgeserve"),
-        llamacpp_bin=tmp_path,
-        lcp_python=Path("python"),
-        logs=tmp_path,
-        baseline=Path("/cache/abc/.venv/bin/edgeserve"),
-    )
+    setup = bench_setup(tmp_path)
     assert images.help_command(EDGESERVE, setup) == [".venv/bin/edgeserve", "serve", "--help"]
     assert images.help_command(EDGESERVE_BASELINE, setup)[0] == "/cache/abc/.venv/bin/edgeserve"
     assert images.help_command(LLAMA_SERVER, setup) == [str(tmp_path / "llama-server"), "--help"]
