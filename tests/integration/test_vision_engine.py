@@ -199,6 +199,30 @@ async def test_image_answers_beside_text_streams_equal_their_solo_runs(
     assert [text for text, _ in together] == [text for text, _ in solo]
 
 
+async def test_n_choices_share_the_image_prefix(fresh_engine: Engine) -> None:
+    # One prompt (an image in it) for three greedy choices: decoded once, copied to the
+    # others, its cells counted once; every choice gives the lone answer.
+    prompt = chat(image_turn("Three answers about ", image_bytes(71), ": name a colour."))
+    alone, _ = await run(fresh_engine, greedy(prompt, 4))
+    request = GenerationRequest(prompt, SamplingParams(max_tokens=4, temperature=0), n=3)
+    texts: dict[int, str] = {}
+    ends: list[Finished] = []
+    steps = fresh_engine.steps
+    async with EngineClient(fresh_engine).generate(request) as generation:
+        info = await generation.submit()
+        async for event in generation.events():
+            if isinstance(event, TextDelta):
+                texts[event.index] = texts.get(event.index, "") + event.text
+            elif isinstance(event, Finished):
+                ends.append(event)
+    assert texts == dict.fromkeys(range(3), alone)
+    assert {end.cached_tokens for end in ends} == {info.prompt_tokens - 1}
+    assert fresh_engine.steps - steps <= 4  # the last prompt token, then one step per token
+    await assert_engine_idle(fresh_engine)
+    generated = sum(end.completion_tokens - 1 for end in ends)  # each last token is undecoded
+    assert fresh_engine.stats().kv_cells_used == info.prompt_tokens + generated
+
+
 async def test_two_images_across_messages_and_a_repeated_one(vision_engine: Engine) -> None:
     a, b = image_bytes(31), image_bytes(32)
     first = chat(
