@@ -70,6 +70,10 @@ class Sink:
 Pending = tuple[Future[int | None], np.ndarray]
 
 
+# The text after a prompt's last media item, up to this many tokens, is decoded in one chunk.
+SHORT_TAIL = 64
+
+
 @dataclass(frozen=True, slots=True)
 class MediaSpan:
     """An image or clip in a prompt: its projector embeddings (one row per position), decoded
@@ -119,9 +123,21 @@ class Prompt:
         prompt's end."""
         return next((s.start for s in self.media if s.start >= position), len(self.tokens))
 
-    def whole_media(self, common: int) -> int:
-        """`common` prompt positions, or fewer so that no media item is cut: an item's cells
-        are reused whole or not at all."""
+    @property
+    def short_tail(self) -> int | None:
+        """Where the text after the last media item starts, when it is at most SHORT_TAIL
+        tokens (the question after an image): that text is decoded in one chunk, cold or
+        from the prefix cache, as llama.cpp's own chunk evaluation does, rather than all but
+        its last token and then that one (planning.py)."""
+        if not self.media or len(self.tokens) - self.media[-1].end > SHORT_TAIL:
+            return None
+        return self.media[-1].end
+
+    def reusable(self, common: int) -> int:
+        """`common` prompt positions, or fewer so that no media item is cut (an item's cells
+        are reused whole or not at all) and a short tail is decoded whole."""
+        if (tail := self.short_tail) is not None:
+            common = min(common, tail)
         for span in self.media:
             if span.start < common < span.end:
                 return span.start

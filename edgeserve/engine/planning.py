@@ -205,15 +205,16 @@ class Planner:
         # is decoded in a step of its own, as it is after a prefix-cache hit: llama.cpp's CPU
         # kernels give a row different values inside a multi-row chunk, so a cold prompt would
         # otherwise answer differently from the same prompt found in the cache. Beside other
-        # work the batch varies anyway, and the extra step would only delay first tokens.
+        # work the batch varies anyway, and the extra step would only delay first tokens. A
+        # short question after an image is decoded whole, cached or not (Prompt.short_tail).
         quiet = not generating and len(prefilling) == 1
         for job in prefilling:
             end = job.prompt.text_end(job.prefilled)
             left = end - job.prefilled
             if left == 0:  # a media item is next: it takes a media step
                 continue
-            ending = end == len(job.tokens)
-            take = min(batch.room, budget, left - 1 if quiet and ending and left > 1 else left)
+            alone = quiet and end == len(job.tokens) and job.prompt.short_tail is None
+            take = min(batch.room, budget, left - 1 if alone and left > 1 else left)
             if take <= 0:
                 break
             last = job.prefilled + take == len(job.tokens)

@@ -108,7 +108,7 @@ class Scheduler:
                 self.scoring.append(job)
                 continue
             lead, common = self.slots.take_best(job.tokens)
-            common = job.prompt.whole_media(min(common, len(job.tokens) - 1))
+            common = job.prompt.reusable(min(common, len(job.tokens) - 1))
             cached = self._reuse_prefix(lead, common, len(job.tokens))
             seqs = [lead] + [self._take_cleared() for _ in range(job.request.n - 1)]
             try:

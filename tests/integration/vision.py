@@ -43,10 +43,9 @@ def llama_cpp_logits(
 ) -> tuple[list[int | None], np.ndarray]:
     """llama.cpp's own answer for a rendered chat whose images stand at edgeserve's marker:
     libmtmd decodes the files (stb_image) and tokenizes the text with its own marker, then
-    every chunk but the last is decoded on a fresh context (sequence 0) as
-    `mtmd_helper_eval_chunks` does (its per-chunk helper), and the last text chunk as the engine
-    decodes a lone prompt's end (all but its last token, then that token for its logits).
-    Returns the positions' token ids (None for an image position) and the last logit row."""
+    `mtmd_helper_eval_chunks` decodes every chunk on a fresh context (sequence 0), logits for
+    the last position. Returns the positions' token ids (None for a media position) and the
+    last logit row."""
     model = lc.llama_model_load_from_file(str(model_path).encode(), lc.llama_model_default_params())
     params = mtmd.mtmd_context_params_default()
     params.use_gpu = False
@@ -85,30 +84,11 @@ def llama_cpp_logits(
                 ids += [tokens[j] for j in range(count.value)]
             else:
                 ids += [None] * mtmd.mtmd_input_chunk_get_n_tokens(chunk)
-        last = mtmd.mtmd_input_chunks_get(chunks, n_chunks - 1)
-        count = ctypes.c_size_t()
-        raw = mtmd.mtmd_input_chunk_get_tokens_text(last, ctypes.byref(count))
-        tail = [raw[j] for j in range(count.value)]
         n_past = lc.llama_pos(0)
-        for i in range(n_chunks - 1):  # mtmd_helper_eval_chunks' own loop, less its last chunk
-            chunk = mtmd.mtmd_input_chunks_get(chunks, i)
-            rc = mtmd.mtmd_helper_eval_chunk_single(
-                ctx_mm, ctx, chunk, n_past.value, 0, n_batch, False, ctypes.byref(n_past)
-            )
-            assert rc == 0
-        position = n_past.value
-        for part, logits in ((tail[:-1], False), (tail[-1:], True)):
-            batch = lc.llama_batch_init(len(part), 0, 1)
-            for j, token in enumerate(part):
-                batch.token[j] = token
-                batch.pos[j] = position + j
-                batch.n_seq_id[j] = 1
-                batch.seq_id[j][0] = 0
-                batch.logits[j] = logits and j == len(part) - 1
-            batch.n_tokens = len(part)
-            assert lc.llama_decode(ctx, batch) == 0
-            lc.llama_batch_free(batch)
-            position += len(part)
+        rc = mtmd.mtmd_helper_eval_chunks(
+            ctx_mm, ctx, chunks, 0, 0, n_batch, True, ctypes.byref(n_past)
+        )
+        assert rc == 0 and n_past.value == len(ids)
         n_vocab = lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(model))
         row = np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, -1), shape=(n_vocab,)).copy()
         return ids, row
