@@ -6,6 +6,7 @@
     EngineError                            the engine's base class (never a client's fault)
       ├── EngineOverloaded                 the admission queue is full
       ├── EngineStopped                    the engine is draining or stopped
+      ├── EngineLoading                    the model is still loading
       ├── EngineFault                      serving this one request failed (a bug: 500)
       ├── EngineRestarted                  the context was made anew under this request (503)
       ├── PromptTooLong(n_prompt, n_ctx)   a prompt that cannot fit in the context (n_prompt
@@ -43,6 +44,10 @@ class EngineOverloaded(EngineError):
 
 class EngineStopped(EngineError):
     """The engine is shutting down and admits no new work."""
+
+
+class EngineLoading(EngineError):
+    """The model is still loading: nothing can be served yet."""
 
 
 class EngineFault(EngineError):

@@ -131,7 +131,7 @@ class EngineClient:
 
     @property
     def embedding_size(self) -> int:
-        """The length of the model's embedding vectors (EngineStopped before it is loaded)."""
+        """The length of the model's embedding vectors (EngineLoading before it is loaded)."""
         return self.engine.embedding_size
 
     async def count_prompt_tokens(self, prompt: ChatPrompt) -> int:
@@ -153,7 +153,7 @@ class EngineClient:
         return await asyncio.wrap_future(self.engine.on_prepare_thread(work))
 
     def tokenizer_info(self) -> TokenizerInfo:
-        """The loaded model's tokenizer description (raises EngineStopped before)."""
+        """The loaded model's tokenizer description (raises EngineLoading before)."""
         return self.engine.tokenizer_info()
 
     @property

@@ -50,7 +50,7 @@ from edgeserve.engine.types import (
     Tokenization,
     TokenizerInfo,
 )
-from edgeserve.errors import EngineFault, EngineStopped, RequestTooLarge
+from edgeserve.errors import EngineFault, EngineLoading, EngineStopped, RequestTooLarge
 
 log = logging.getLogger("edgeserve.engine")
 
@@ -175,22 +175,22 @@ class Engine:
 
     def _ready(self) -> Stepper:
         if self._stepper is None:
-            raise EngineStopped("the model is not loaded")
+            raise EngineLoading("the model is not loaded yet")
         return self._stepper
 
     @property
     def backend(self) -> Backend:
-        """The loaded backend (EngineStopped before)."""
+        """The loaded backend (EngineLoading before)."""
         return self._ready().state.backend
 
     @property
     def scheduler(self) -> Scheduler:
-        """The loaded engine's scheduler (EngineStopped before); the engine thread's own."""
+        """The loaded engine's scheduler (EngineLoading before); the engine thread's own."""
         return self._ready().state.scheduler
 
     @property
     def embedding_size(self) -> int:
-        """The length of an embedding vector (EngineStopped before the model is loaded)."""
+        """The length of an embedding vector (EngineLoading before the model is loaded)."""
         return self.backend.embedder.n_embd
 
     def tokenize(self, request: Tokenization) -> list[int]:
@@ -205,7 +205,7 @@ class Engine:
         return backend.detokenize(known_tokens(backend.n_vocab, tokens), special=special)
 
     def tokenizer_info(self) -> TokenizerInfo:
-        """The loaded model's tokenizer description (EngineStopped before it is loaded)."""
+        """The loaded model's tokenizer description (EngineLoading before it is loaded)."""
         return self.backend.tokenizer_info
 
     # ---- preparation (prepare threads) ------------------------------------------------------

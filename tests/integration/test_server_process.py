@@ -100,12 +100,16 @@ def server_factory(model_path: Path) -> Iterator[object]:
             server.proc.communicate()
 
 
-async def test_health_is_503_until_the_model_is_loaded(aiohttp_client, model_path):
+async def test_health_and_requests_are_503_until_the_model_is_loaded(aiohttp_client, model_path):
     engine = Engine(EngineConfig(model_path=str(model_path), n_ctx=256, parallel=1))
     client = await aiohttp_client(create_app(Settings(model=str(model_path)), EngineClient(engine)))
     resp = await client.get("/health")
     assert resp.status == 503
     assert (await resp.json())["status"] == "loading"
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    resp = await client.post("/v1/chat/completions", json=chat)
+    assert resp.status == 503 and resp.headers["Retry-After"] == "2"
+    assert (await resp.json())["detail"] == "The model is still loading; retry in a few seconds."
     engine.start()
     assert await asyncio.to_thread(engine.wait_loaded, 60)
     resp = await client.get("/health")

@@ -969,6 +969,13 @@ ROUTING = [
         {"Retry-After": "5"},
     ),
     (
+        "loading",
+        engine_error(errors.EngineLoading()),
+        503,
+        "The model is still loading; retry in a few seconds.",
+        {"Retry-After": "2"},
+    ),
+    (
         "prompt too long",
         engine_error(errors.PromptTooLong(5000, 4096)),
         400,

@@ -202,6 +202,7 @@ class Detail:
         '"tool_choice" names the tool {name}, which is not in "tools" ({known}); name one of those.'
     )
     SERVER_BUSY = "Server is busy: the request queue is full; retry later."
+    MODEL_LOADING = "The model is still loading; retry in a few seconds."
     SHUTTING_DOWN = (
         "Server is shutting down and accepts no new requests; retry once it is back "
         "or on another instance."

@@ -18,6 +18,8 @@ def engine_error(exc: errors.EngineError) -> errors.ApiError:
             return errors.ApiError(503, Detail.SERVER_BUSY, {"Retry-After": "1"})
         case errors.EngineStopped():
             return errors.ApiError(503, Detail.SHUTTING_DOWN, {"Retry-After": "5"})
+        case errors.EngineLoading():
+            return errors.ApiError(503, Detail.MODEL_LOADING, {"Retry-After": "2"})
         case errors.EngineRestarted():
             return errors.ApiError(503, Detail.ENGINE_RESTARTED, {"Retry-After": "1"})
         case errors.PromptTooLong(index=None):
