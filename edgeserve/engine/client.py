@@ -157,6 +157,11 @@ class EngineClient:
         return self.engine.tokenizer_info()
 
     @property
+    def loaded(self) -> bool:
+        """True once the model is loaded (until then, work is refused with EngineLoading)."""
+        return self.engine.loaded
+
+    @property
     def media_kinds(self) -> frozenset[MediaKind]:
         """The media the model takes besides text ("image", "audio"): empty without --mmproj
         and before the model is loaded."""

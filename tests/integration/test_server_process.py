@@ -110,10 +110,14 @@ async def test_health_and_requests_are_503_until_the_model_is_loaded(aiohttp_cli
     resp = await client.post("/v1/chat/completions", json=chat)
     assert resp.status == 503 and resp.headers["Retry-After"] == "2"
     assert (await resp.json())["detail"] == "The model is still loading; retry in a few seconds."
+    resp = await client.get("/v1/models")  # what reference clients poll to know it is up
+    assert resp.status == 503 and resp.headers["Retry-After"] == "2"
     engine.start()
     assert await asyncio.to_thread(engine.wait_loaded, 60)
     resp = await client.get("/health")
     assert resp.status == 200
+    resp = await client.get("/v1/models")
+    assert resp.status == 200 and (await resp.json())["data"][0]["id"]
     engine.close()
 
 

@@ -73,6 +73,7 @@ class StubEngine:
     media_kinds: frozenset[str] = frozenset()
     prompts: list[Any] = field(default_factory=list)
     can_generate: bool = True
+    loaded: bool = True
 
     def stats(self) -> EngineStats:
         return EngineStats(
