@@ -46,7 +46,9 @@ async def test_a_copy_task_keeps_most_of_its_drafts(client, engine, sampling, ca
         assert drafted > 0 and accepted >= drafted / 2, (accepted, drafted, answer)
     assert accepted <= drafted
     [line] = [r for r in caplog.records if r.name == "edgeserve.access"]
-    assert (line.draft_tokens, line.draft_accepted) == (drafted, accepted)
+    # the access line names drafts only when there were some (a sampled answer may draft none)
+    logged = (getattr(line, "draft_tokens", 0), getattr(line, "draft_accepted", 0))
+    assert logged == (drafted, accepted)
     await assert_engine_idle(engine)
 
 
