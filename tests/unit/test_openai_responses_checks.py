@@ -57,6 +57,16 @@ CALLS_TURN = ChatTurn(
     "function",
     json.dumps([{"name": "weather", "arguments": '{"city": "Oslo"}'}]),
 )
+# The assistant turn of CALL and CALL_2 as the chat template sees it.
+BOTH_CALLS = ChatTurn(
+    "function",
+    json.dumps(
+        [
+            {"name": "weather", "arguments": '{"city": "Oslo"}'},
+            {"name": "weather", "arguments": '{"city": "Rome"}'},
+        ]
+    ),
+)
 
 PROMPTS = [
     ("a string", {}, ChatPrompt((ChatTurn("user", "hi"),))),
@@ -133,15 +143,7 @@ PROMPTS = [
         ChatPrompt(
             (
                 ChatTurn("user", "weather?"),
-                ChatTurn(
-                    "function",
-                    json.dumps(
-                        [
-                            {"name": "weather", "arguments": '{"city": "Oslo"}'},
-                            {"name": "weather", "arguments": '{"city": "Rome"}'},
-                        ]
-                    ),
-                ),
+                BOTH_CALLS,
                 ChatTurn("tool", "both sunny"),
             )
         ),
@@ -160,15 +162,7 @@ PROMPTS = [
         ChatPrompt(
             (
                 ChatTurn("user", "weather?"),
-                ChatTurn(
-                    "function",
-                    json.dumps(
-                        [
-                            {"name": "weather", "arguments": '{"city": "Oslo"}'},
-                            {"name": "weather", "arguments": '{"city": "Rome"}'},
-                        ]
-                    ),
-                ),
+                BOTH_CALLS,
                 ChatTurn("tool", "sunny\n\nrainy"),
             )
         ),
