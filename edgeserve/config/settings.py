@@ -201,6 +201,14 @@ class Settings:
         "KV cache element type (llama.cpp type_k and type_v); q8_0 and q4_0 need --flash-attn",
         "|".join(KV_CACHE_TYPES),
     )
+    swa_full: bool = _setting(
+        False,
+        values.boolean,
+        "full-size sliding-window KV caches (Gemma 3): more memory at long contexts, and no "
+        "prompt re-decoded from a window checkpoint",
+        "BOOL",
+        kind="switch",
+    )
     max_body_bytes: int = _setting(
         32 * 1024 * 1024,
         values.integer(1),
@@ -364,6 +372,7 @@ class Settings:
             max_score_tokens=self.max_score_tokens,
             grammar_step_limit_s=self.grammar_step_limit_s,
             kv_cache_type=self.kv_cache_type,
+            swa_full=self.swa_full,
             mmproj_path=self.mmproj,
             max_media_pixels=self.max_media_pixels,
             max_media_tokens=self.max_media_tokens,

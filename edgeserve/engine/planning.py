@@ -2,7 +2,8 @@
 
 Each generation step is ONE decode holding the next token of every generating choice plus
 chunks of waiting prompts (a prompt alone in the engine decodes its last token in a chunk of its
-own, see `_plan_generation`): up to the batch's room while nothing generates, else as many
+own, see `_plan_generation`; with sliding-window checkpoints, chunks also end at their
+positions, see checkpoints.py): up to the batch's room while nothing generates, else as many
 prompt tokens as keep the step within (1 + PREFILL_SHARE) times what it costs without them
 (`StepCost`, measured), and at least `prefill_chunk`: a newcomer's prefill holds running
 streams for about one more step's time per step instead of for its whole prompt. Drafted
@@ -128,9 +129,16 @@ class Planner:
     """Plans each step from the scheduler's live jobs; owns the measured step costs."""
 
     def __init__(
-        self, *, n_ctx: int, prefill_chunk: int, draft_max: int, draft_model: DraftModel | None
+        self,
+        *,
+        n_ctx: int,
+        prefill_chunk: int,
+        draft_max: int,
+        draft_model: DraftModel | None,
+        checkpoint_spacing: int = 0,
     ) -> None:
         self.n_ctx = n_ctx
+        self.checkpoint_spacing = checkpoint_spacing
         self.prefill_chunk = max(1, prefill_chunk)
         self.draft_max = draft_max
         self.draft_model = draft_model  # drafts in place of n-gram lookups when set
@@ -215,6 +223,8 @@ class Planner:
                 continue
             alone = quiet and end == len(job.tokens) and job.prompt.short_tail is None
             take = min(batch.room, budget, left - 1 if alone and left > 1 else left)
+            if spacing := self.checkpoint_spacing:  # a chunk ends where a checkpoint goes
+                take = min(take, spacing - job.prefilled % spacing)
             if take <= 0:
                 break
             last = job.prefilled + take == len(job.tokens)

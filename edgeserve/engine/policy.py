@@ -11,6 +11,10 @@ other choices get cleared sequences and a copy of the lead's KV once the prompt 
 sequences share cells that way is recorded (`SharedCells`), so that a cell several sequences
 hold counts once.
 
+On models with sliding-window attention, a sequence keeps only the last window of its sliding
+layers; checkpoints of that window taken while prompts are decoded (`WindowCheckpoints`) let
+a shorter prefix be reused from the latest one at or before its end.
+
 What goes into each decode is planned by `planning.Planner`, which the scheduler owns.
 
 When the KV cache is full anyway, a free sequence's prompt cache goes first, then the
@@ -23,6 +27,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
+from edgeserve.engine.checkpoints import WindowCheckpoints
 from edgeserve.engine.draft_model import DraftModel
 from edgeserve.engine.jobs import AnyJob, Choice, EmbedJob, Job, JobState, ScoreJob
 from edgeserve.engine.planning import EmbedPlan, GenerationPlan, MediaPlan, Planner, ScorePlan
@@ -54,8 +59,13 @@ class Scheduler:
         self.n_ctx = n_ctx
         self.n_seq = n_seq
         self.draft_model = draft_model  # drafts in place of n-gram lookups when set
+        self.windows = WindowCheckpoints(kv.checkpoint_budget, kv.n_swa)
         self.planner = Planner(
-            n_ctx=n_ctx, prefill_chunk=prefill_chunk, draft_max=draft_max, draft_model=draft_model
+            n_ctx=n_ctx,
+            prefill_chunk=prefill_chunk,
+            draft_max=draft_max,
+            draft_model=draft_model,
+            checkpoint_spacing=self.windows.spacing,
         )
         self.slots = SlotPool(n_seq)
         self.sharing = SharedCells(n_seq)
@@ -178,6 +188,7 @@ class Scheduler:
         self.reserved = 0
         self.slots = SlotPool(self.n_seq)
         self.sharing = SharedCells(self.n_seq)
+        self.windows.clear()
         if self.draft_model is not None:
             self.draft_model.clear()
         return ended
@@ -197,11 +208,22 @@ class Scheduler:
     def _reuse_prefix(self, seq: int, common: int, n_prompt: int) -> int:
         """Keep the first `common` cached cells of `seq` (at least one prompt token is always
         decoded again, for its logits) when the window of the next position still finds them
-        all (see KvCache); drop the rest. Returns how many were kept."""
+        all (see KvCache), else as many as its latest checkpoint at or before `common` gives
+        back; drop the rest. Returns how many were kept."""
         common = min(common, n_prompt - 1)
+        if common <= 0:
+            self._cut(seq, -1)
+            return 0
         first = self.kv.seq_pos_range(seq)[0]
-        if common > 0 and 0 <= first <= self._window_start(common) and self._cut(seq, common):
+        if 0 <= first <= self._window_start(common) and self._cut(seq, common):
             return common
+        checkpoint = self.windows.best(seq, common)
+        if (
+            checkpoint is not None
+            and self._cut(seq, checkpoint.position)
+            and self.kv.restore_window(seq, checkpoint.state)
+        ):
+            return checkpoint.position
         self._cut(seq, -1)
         return 0
 
@@ -222,6 +244,7 @@ class Scheduler:
         if not self.kv.seq_rm(seq, keep, -1):
             return False
         self.sharing.trimmed(seq, max(keep, 0))
+        self.windows.trimmed(seq, keep)
         return True
 
     def cached_cells(self) -> int:
@@ -282,6 +305,7 @@ class Scheduler:
             job.prefilled += take
             job.lead.n_past = job.prefilled
             if row is None:
+                self._checkpoint(job.lead.seq_id, job.prefilled, len(job.tokens))
                 continue
             for choice in job.choices[1:]:
                 self.kv.seq_cp(job.lead.seq_id, choice.seq_id)
@@ -290,6 +314,13 @@ class Scheduler:
             job.state = JobState.GENERATING
             to_sample.extend((row, job, choice, ()) for choice in job.choices)
         return to_sample
+
+    def _checkpoint(self, seq: int, position: int, n_prompt: int) -> None:
+        """Copy the window of `seq` before `position` of its prompt when one is due."""
+        if self.windows.due(seq, position, n_prompt):
+            state = self.kv.save_window(seq, position)
+            if state is not None:
+                self.windows.add(seq, position, state)
 
     def commit_media(self, plan: MediaPlan) -> None:
         """The plan's media item is decoded: its job's prompt goes on after it."""
@@ -340,6 +371,15 @@ class Scheduler:
             _expect(sjob.state is JobState.GENERATING, f"score job {sjob.rid} is not running")
         reserved = sum(job.prompt.reserve for job in self.active)
         _expect(self.reserved == reserved, f"reserved {self.reserved} != {reserved} live")
+        held = {seq: len(self.slots.held(seq)) for seq in self.slots}
+        held |= {c.seq_id: c.n_past for job in self.active for c in job.choices if not c.done}
+        for seq, length in held.items():
+            for checkpoint in self.windows.of(seq):
+                _expect(
+                    checkpoint.position <= length,
+                    f"sequence {seq} holds {length} positions, has a checkpoint at "
+                    f"{checkpoint.position}",
+                )
         if self.draft_model is not None:
             mismatch = self.draft_model.mismatch()
             _expect(mismatch is None, f"{mismatch}")

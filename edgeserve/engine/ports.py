@@ -116,6 +116,9 @@ class KvCache(Protocol):
     """
 
     n_swa: int  # the attention window's size; 0 without sliding-window attention
+    # Cells that checkpoints of sliding windows may hold in all (0: none are taken; see
+    # checkpoints.py): the cells that window-sized caches save over full-size ones.
+    checkpoint_budget: int
 
     def seq_rm(self, seq: int, p0: int, p1: int) -> bool:
         """Drop positions [p0, p1) of `seq` (-1: open end); False when it cannot."""
@@ -127,6 +130,17 @@ class KvCache(Protocol):
 
     def seq_pos_range(self, seq: int) -> tuple[int, int]:
         """(first, last) stored position of `seq`; (-1, -1) when it holds nothing."""
+        ...
+
+    def save_window(self, seq: int, position: int) -> object | None:
+        """A copy of the sliding-window cells that the token at `position` of `seq` attends to
+        (`seq` holds positions 0 … position-1); None when it cannot be made."""
+        ...
+
+    def restore_window(self, seq: int, state: object) -> bool:
+        """Put a `save_window` copy back as the sliding-window cells of `seq`, which holds
+        exactly the positions before the copy's; False when it cannot (the caller then clears
+        `seq`)."""
         ...
 
     def cells_used(self) -> int:

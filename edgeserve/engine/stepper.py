@@ -61,25 +61,30 @@ class Stepper:
         self.generating.collect()
         for job, exc in scheduler.admit(self.generating.open_choices):
             state.fail(job, exc)
-        plan = scheduler.plan(state.backend.batch)
-        broken = None
+        # Checked before the decode too: a reused prefix must be whole before anything
+        # attends to it.
+        broken = self._broken_invariant()
+        plan = None if broken else scheduler.plan(state.backend.batch)
         if isinstance(plan, ScorePlan):
             self.scoring.score(plan)
         elif isinstance(plan, EmbedPlan):
             self.scoring.embed(plan)
         elif isinstance(plan, MediaPlan):
-            broken = self.generating.run_media(plan)
+            broken = self.generating.run_media(plan) or self._broken_invariant()
         elif plan is not None:
-            broken = self.generating.run(plan)
-        if broken is None:
-            try:
-                scheduler.check_invariants()
-            except InvariantError as exc:
-                broken = f"a scheduler invariant failed ({exc})"
+            broken = self.generating.run(plan) or self._broken_invariant()
         if broken is not None:
             self.restart(broken)
         self.inbox.set_queued(len(scheduler.waiting))
         self._deliver()
+
+    def _broken_invariant(self) -> str | None:
+        """Why the scheduler's bookkeeping is broken (see Scheduler.check_invariants), or None."""
+        try:
+            self.state.scheduler.check_invariants()
+        except InvariantError as exc:
+            return f"a scheduler invariant failed ({exc})"
+        return None
 
     def restart(self, why: str) -> None:
         """Make the generation context anew: running jobs get EngineRestarted, queued ones

@@ -39,6 +39,7 @@ class EngineConfig:
     max_score_tokens: int = 65536
     grammar_step_limit_s: float = 2.0
     kv_cache_type: str = "f16"
+    swa_full: bool = False
     mmproj_path: str | None = None
     max_media_pixels: int = 40_000_000
     max_media_tokens: int = 4096

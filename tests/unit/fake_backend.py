@@ -8,6 +8,12 @@ sequence ends is refused with -1, as llama.cpp refuses it. A row's logits are a 
 of its sequence's whole token history, so a wrong KV copy, a stale cell or a skipped prompt
 chunk changes the answer. Text is one letter per token.
 
+With `window` > 0 it has sliding-window attention with window-sized caches, as llama.cpp has
+for Gemma 3 without `swa_full`: a decode drops every sequence's positions that the window of
+its next one no longer finds (its first position moves up), decoding a position whose window
+misses cells is refused with -1, and `save_window` / `restore_window` copy a window out and
+back (a restore onto other tokens than the copy's fails the test).
+
 With `draft_model_path` set it has a draft context (`FakeDraftContext`) of the same kind:
 cells per sequence, no room past `n_cells`, positions that must continue each sequence; its
 greedy tokens are the scripted model's own ("self"), or ("sloppy") a wrong token at every
@@ -196,16 +202,19 @@ class FakeSampler:
 class FakeBackend:
     """The `Backend` protocol, scripted (see the module docstring)."""
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, window: int = 0, budget: int | None = None) -> None:
         self.config = config
         self.n_ctx = config.n_ctx
         self.n_vocab = VOCAB
         self.n_seq = config.parallel
         self.is_classifier = False
         self.media_kinds: frozenset[str] = frozenset()
-        self.n_swa = 0
-        # Tests move a sequence's first position up as llama.cpp's sliding window does.
+        self.n_swa = window
+        self.window_sized = window > 0
+        self.checkpoint_budget = (config.n_ctx if budget is None else budget) if window else 0
+        # A sequence's first position still held (tests move it up too).
         self.swa_lost: dict[int, int] = {}
+        self.windows_restored = 0
         self.add_bos = True
         self.bos = BOS
         self.max_piece_bytes = 1
@@ -243,9 +252,16 @@ class FakeBackend:
         for _, pos, seq, _ in batch:
             if pos != ends[seq]:
                 return -1  # llama.cpp: positions of a sequence must continue its cells
+            if self.window_sized and self.swa_lost.get(seq, 0) > max(0, pos + 1 - self.n_swa):
+                return -1  # its window would miss cells (llama.cpp would attend to fewer)
             ends[seq] += 1
         if self.cells_used() + len(batch) > self.n_ctx:
             return 1
+        if self.window_sized:  # every sequence's cells its next window no longer finds go
+            for seq, cells in self._seqs.items():
+                if cells:
+                    lost = len(cells) + 1 - self.n_swa
+                    self.swa_lost[seq] = max(self.swa_lost.get(seq, 0), lost)
         self._rows = []
         for token, _, seq, output in batch:
             self._seqs[seq].append((token, next(self._cells)))
@@ -288,12 +304,30 @@ class FakeBackend:
     def seq_cp(self, src: int, dst: int) -> None:
         assert not self._seqs[dst], "copy onto a sequence that holds cells"
         self._seqs[dst] = list(self._seqs[src])
+        if src in self.swa_lost:
+            self.swa_lost[dst] = self.swa_lost[src]
 
     def seq_pos_range(self, seq: int) -> tuple[int, int]:
         cells = self._seqs[seq]
         if not cells:
             return (-1, -1)
-        return (min(self.swa_lost.get(seq, 0), len(cells) - 1), len(cells) - 1)
+        first = self.swa_lost.get(seq, 0)
+        if self.window_sized:  # the sliding layers may hold none of its positions
+            return (first if first < len(cells) else -1, len(cells) - 1)
+        return (min(first, len(cells) - 1), len(cells) - 1)
+
+    def save_window(self, seq: int, position: int) -> tuple[list[int], int] | None:
+        assert len(self._seqs[seq]) == position, "a window saved off the end of its sequence"
+        first = max(0, position + 1 - self.n_swa)
+        assert self.swa_lost.get(seq, 0) <= first, "a window saved with cells missing"
+        return (self.history(seq), first)
+
+    def restore_window(self, seq: int, state: object) -> bool:
+        tokens, first = state  # type: ignore[misc]
+        assert self.history(seq) == tokens, "a window restored onto other tokens"
+        self.swa_lost[seq] = first
+        self.windows_restored += 1
+        return True
 
     def history(self, seq: int) -> list[int]:
         return [token for token, _ in self._seqs[seq]]

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import partial
 
 import pytest
 
@@ -76,10 +77,12 @@ class Harness:
 
     cost: type[StepCost] = UnmeasuredCost
 
-    def __init__(self, **config) -> None:
+    def __init__(self, window: int = 0, budget: int | None = None, **config) -> None:
         defaults = {"model_path": "fake", "n_ctx": 256, "parallel": 4, "n_batch": 64}
         self.config = EngineConfig(**{**defaults, **config, "prefill_chunk": 8})
-        self.engine = Engine(self.config, backend_factory=FakeBackend)
+        self.engine = Engine(
+            self.config, backend_factory=partial(FakeBackend, window=window, budget=budget)
+        )
         assert self.engine.load()
         self.backend: FakeBackend = self.engine.backend  # type: ignore[assignment]
         self.scheduler: Scheduler = self.engine.scheduler  # type: ignore[assignment]

@@ -83,7 +83,8 @@ class LlamaBackend:
             chat_template=source,
         )
         self.n_ctx = model.n_ctx
-        self.n_swa = lc.llama_model_n_swa(model.model)
+        self.n_swa = model.n_swa
+        self.checkpoint_budget = model.checkpoint_budget
         self.n_vocab = model.n_vocab
         self.n_seq = config.parallel
         self.is_classifier = model.is_classifier
@@ -188,6 +189,14 @@ class LlamaBackend:
     def seq_pos_range(self, seq: int) -> tuple[int, int]:
         """(first, last) stored position of `seq`; (-1, -1) when empty."""
         return self.model.seq_pos_range(seq)
+
+    def save_window(self, seq: int, position: int) -> object | None:
+        """A copy of the sliding-window cells `position` of `seq` attends to (see KvCache)."""
+        return self.model.save_window(seq, position)
+
+    def restore_window(self, seq: int, state: object) -> bool:
+        """Put a `save_window` copy back into `seq` (see KvCache)."""
+        return self.model.restore_window(seq, state)
 
     def cells_used(self) -> int:
         """The distinct cells the generation context holds, as this backend filled and trimmed

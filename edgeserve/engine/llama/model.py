@@ -27,6 +27,8 @@ _llama_log = logging.getLogger("edgeserve.llama")
 _LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
 # Tokens per llama.cpp micro-batch: bounds the compute buffer whatever the batch size.
 MAX_UBATCH = 512
+# State calls on the sliding-window caches only (llama.cpp's "partial" state of a sequence).
+_WINDOW_ONLY = lc.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 # Pooling types a dedicated embedding model's metadata may name (mean, CLS, last token), as
 # metadata strings; any other (none, or nothing said) means mean pooling.
 _OWN_POOLING = {
@@ -110,6 +112,10 @@ class LoadedModel(Vocabulary):
         self.metadata = _read_metadata(model)
         self.n_ctx_train = lc.llama_model_n_ctx_train(model)
         self.n_layer = lc.llama_model_n_layer(model)
+        self.n_swa = lc.llama_model_n_swa(model)
+        # Window-sized sliding-window caches for generation, with a spare sequence id to copy
+        # one sequence's window through (see save_window); full-size ones for the rest.
+        self.window_sized = role == "chat" and self.n_swa > 0 and not config.swa_full
         pooling = self.metadata.get(f"{self.architecture}.pooling_type")
         self.is_classifier = pooling == str(lc.LLAMA_POOLING_TYPE_RANK)
         self.n_threads = config.n_threads or 1
@@ -170,10 +176,11 @@ class LoadedModel(Vocabulary):
         else:
             # A generation step needs one logit row per sequence, and one per drafted token.
             cparams = self._context_params(
-                n_seq=config.parallel,
+                n_seq=config.parallel + self.window_sized,
                 n_batch=config.n_batch,
                 n_outputs=config.parallel + self.limits.draft_rows,
             )
+            cparams.swa_full = not self.window_sized
         ctx = lc.llama_init_from_model(self.model, cparams)
         if not ctx:
             raise ModelLoadError(
@@ -213,8 +220,8 @@ class LoadedModel(Vocabulary):
         cparams.n_threads = self.n_threads
         cparams.n_threads_batch = self.n_threads
         cparams.kv_unified = True
-        # Full-size sliding-window caches keep every position, so a cached prompt prefix stays
-        # reusable on models with sliding-window attention (Gemma 3).
+        # Full-size sliding-window caches keep every position (the generation context takes
+        # window-sized ones unless --swa-full: see checkpoint_budget).
         cparams.swa_full = True
         cparams.no_perf = True
         cparams.flash_attn_type = (
@@ -248,6 +255,39 @@ class LoadedModel(Vocabulary):
     def seq_cp(self, src: int, dst: int) -> None:
         """Share every cell of `src` with `dst` (no copy in a unified cache)."""
         lc.llama_memory_seq_cp(self.memory, src, dst, -1, -1)
+
+    @property
+    def checkpoint_budget(self) -> int:
+        """The cells that window-sized sliding-window caches save over full-size ones (as
+        llama.cpp sizes them: the window of every sequence and one micro-batch, rounded up to
+        256 cells), which checkpoints of windows may hold in all; 0 with full-size caches."""
+        if not self.window_sized:
+            return 0
+        n_ctx = lc.llama_n_ctx(self.ctx)
+        n_ubatch = lc.llama_n_ubatch(self.ctx)
+        window = -(-min(n_ctx, self.n_swa * (self.config.parallel + 1) + n_ubatch) // 256) * 256
+        return max(0, n_ctx - window)
+
+    def save_window(self, seq: int, position: int) -> Any:
+        """The sliding-window cells that position `position` of `seq` attends to, copied out
+        of the context (a ctypes buffer), or None: the window goes through the spare
+        sequence, so that cells the window has left behind but llama.cpp has not reused yet
+        are not copied too."""
+        spare = self.config.parallel
+        start = max(0, position + 1 - self.n_swa)
+        lc.llama_memory_seq_cp(self.memory, seq, spare, start, position)
+        try:
+            size = lc.llama_state_seq_get_size_ext(self.ctx, spare, _WINDOW_ONLY)
+            state = (ctypes.c_uint8 * size)()
+            written = lc.llama_state_seq_get_data_ext(self.ctx, state, size, spare, _WINDOW_ONLY)
+        finally:
+            lc.llama_memory_seq_rm(self.memory, spare, -1, -1)
+        return state if written == size > 0 else None
+
+    def restore_window(self, seq: int, state: Any) -> bool:
+        """Make a `save_window` copy the sliding-window cells of `seq` again."""
+        size = ctypes.sizeof(state)
+        return lc.llama_state_seq_set_data_ext(self.ctx, state, size, seq, _WINDOW_ONLY) == size
 
     def seq_pos_range(self, seq: int) -> tuple[int, int]:
         """(first, last) stored position of `seq`; (-1, -1) when empty."""

@@ -1,0 +1,110 @@
+"""Gemma 3's sliding-window layers keep window-sized caches (llama.cpp without `swa_full`), and a
+cached prefix whose window is gone is reused from a checkpoint (checkpoints.py), on the real
+model: the answers equal those of full-size caches, cold."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from edgeserve.config import physical_cores
+from edgeserve.engine.client import EngineClient
+from edgeserve.engine.types import (
+    EngineConfig,
+    Finished,
+    GenerationRequest,
+    SamplingParams,
+    TextDelta,
+)
+from edgeserve.engine.worker import Engine
+from tests.integration.engine_idle import assert_engine_idle
+
+N_CTX = 8192  # with one sequence, the sliding layers hold 1536 cells (512 × 2 + 512)
+WINDOW = 512  # Gemma 3's
+COLOURS = ("red", "green", "blue", "amber")
+
+
+def inventory(first: int, count: int, verb: str = "checked") -> str:
+    """Lines of a long document, ~19 tokens each; `verb` changes every line."""
+    return " ".join(
+        f"Item {i}: the {COLOURS[i % 4]} lamp in room {i * 7 % 31} was {verb} on day {i % 28 + 1}."
+        for i in range(first, first + count)
+    )
+
+
+LONG = inventory(0, 130) + "\nWhich lamp was in room 3?"  # ~2500 tokens: past the window cache
+# Shares LONG's first ~1100 tokens, then differs: the window of its first new position (from
+# ~590) is long gone from LONG's sequence, whose sliding layers kept less than 1536 positions.
+BRANCH = inventory(0, 58) + " " + inventory(58, 40, "repaired") + "\nWhich lamp was blue?"
+
+
+def _engine(model_path: Path, *, swa_full: bool) -> Engine:
+    engine = Engine(
+        EngineConfig(
+            model_path=str(model_path),
+            n_ctx=N_CTX,
+            parallel=1,
+            n_threads=physical_cores(),
+            swa_full=swa_full,
+        )
+    )
+    engine.start()
+    if not engine.wait_loaded(120):
+        raise RuntimeError(f"the default model failed to load: {engine.load_error}")
+    return engine
+
+
+@pytest.fixture(scope="module")
+def window_engine(model_path: Path) -> Iterator[Engine]:
+    engine = _engine(model_path, swa_full=False)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def full_engine(model_path: Path) -> Iterator[Engine]:
+    engine = _engine(model_path, swa_full=True)
+    yield engine
+    engine.close()
+
+
+async def greedy(engine: Engine, prompt: str, max_tokens: int = 8) -> tuple[str, int]:
+    """The greedy answer and how many prompt tokens came from the cache."""
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
+    text, cached = "", -1
+    async with EngineClient(engine).generate(GenerationRequest(prompt, params)) as generation:
+        await generation.submit()
+        async for event in generation.events():
+            if isinstance(event, TextDelta):
+                text += event.text
+            elif isinstance(event, Finished):
+                cached = event.cached_tokens
+    await assert_engine_idle(engine)
+    return text, cached
+
+
+async def test_the_sliding_layers_hold_a_window_unless_swa_full(window_engine, full_engine):
+    for engine in (window_engine, full_engine):
+        await greedy(engine, LONG)
+    window_first, last = window_engine.backend.seq_pos_range(0)
+    assert WINDOW < window_first <= last + 1 - WINDOW + 1  # the window of its next position
+    assert full_engine.backend.seq_pos_range(0)[0] == 0
+    assert window_engine.scheduler.windows.spacing == WINDOW
+    assert full_engine.scheduler.windows.spacing == 0  # no checkpoints with full-size caches
+
+
+async def test_a_prefix_whose_window_is_gone_comes_from_a_checkpoint_and_answers_the_same(
+    window_engine, full_engine
+):
+    await greedy(window_engine, LONG)
+    branch, cached = await greedy(window_engine, BRANCH)
+    assert cached == 2 * WINDOW  # the checkpoint before position 1024, not the whole ~1100
+    await greedy(full_engine, LONG)
+    full, full_cached = await greedy(full_engine, BRANCH)
+    assert full_cached > cached  # full-size caches keep every position of the shared part
+    await greedy(full_engine, "Something else entirely.")  # evicts the cache: BRANCH cold
+    cold, cold_cached = await greedy(full_engine, BRANCH)
+    assert cold_cached <= 1
+    assert branch == full == cold

@@ -1,0 +1,157 @@
+"""Sliding-window checkpoints (checkpoints.py): the bookkeeping alone, then the scheduler on
+the scripted FakeBackend with window-sized caches (a decode drops every position a window left
+behind; decoding a position whose window misses cells is refused)."""
+
+from __future__ import annotations
+
+from edgeserve.engine.checkpoints import MAX_PER_SEQUENCE, WindowCheckpoints
+from edgeserve.engine.types import TokenPrompt
+from tests.unit.test_engine_fake_backend import Harness, answers, fresh_answer
+
+WINDOW = 8
+SHARED = "a shared beginning then "  # 24 letters and spaces: with the BOS, 25 tokens
+
+
+# ---- the bookkeeping --------------------------------------------------------------------------
+
+
+def test_checkpoints_are_due_at_each_spacing_and_before_the_last_prompt_token_once():
+    windows = WindowCheckpoints(budget=1000, n_swa=WINDOW)
+    due = [p for p in range(0, 30) if windows.due(0, p, n_prompt=27)]
+    assert due == [8, 16, 24, 26]
+    windows.add(0, 16, "state")
+    assert not windows.due(0, 16, n_prompt=27)
+    assert windows.due(1, 16, n_prompt=27)  # another sequence's position
+
+
+def test_no_checkpoints_without_a_window_or_room_for_one():
+    assert not WindowCheckpoints(budget=1000, n_swa=0).enabled
+    assert not WindowCheckpoints(budget=WINDOW - 2, n_swa=WINDOW).enabled
+    assert WindowCheckpoints(budget=WINDOW - 1, n_swa=WINDOW).spacing == WINDOW
+    assert WindowCheckpoints(budget=0, n_swa=WINDOW).spacing == 0
+
+
+def test_the_budget_and_the_cap_drop_the_oldest_first():
+    windows = WindowCheckpoints(budget=3 * (WINDOW - 1), n_swa=WINDOW)
+    for position in (8, 16, 24, 32):
+        windows.add(position % 2, position, position)
+    assert [c.position for c in windows.of(0)] == [16, 24, 32]  # 8 went for the budget
+    assert windows.cells == 3 * (WINDOW - 1)
+    windows.add(1, 3, "short")  # a checkpoint before position 3 holds 3 cells
+    assert windows.cells == 2 * (WINDOW - 1) + 3
+    many = WindowCheckpoints(budget=10_000, n_swa=WINDOW)
+    for position in range(1, MAX_PER_SEQUENCE + 3):
+        many.add(5, position * WINDOW, position)
+    assert [c.state for c in many.of(5)] == list(range(3, MAX_PER_SEQUENCE + 3))
+
+
+def test_the_best_checkpoint_is_the_latest_at_or_before_the_prefix_and_cuts_drop_later_ones():
+    windows = WindowCheckpoints(budget=1000, n_swa=WINDOW)
+    for position in (8, 16, 24):
+        windows.add(2, position, position)
+    assert windows.best(2, 23).position == 16
+    assert windows.best(2, 24).position == 24
+    assert windows.best(2, 7) is None
+    assert windows.best(3, 24) is None
+    windows.trimmed(2, 16)
+    assert [c.position for c in windows.of(2)] == [8, 16]
+    windows.trimmed(2, -1)
+    assert windows.of(2) == [] and windows.cells == 0
+
+
+# ---- the scheduler with window-sized caches ---------------------------------------------------
+
+
+def test_a_shared_prefix_whose_window_is_gone_is_reused_from_a_checkpoint():
+    h = Harness(window=WINDOW, parallel=2)
+    first, _ = h.submit(SHARED + "one", max_tokens=20)
+    h.run_until_idle()
+    # 28 prompt tokens and 19 decoded answer tokens: the sliding layers kept only the window
+    # of the last position decoded, 39-46.
+    assert h.backend.seq_pos_range(first.lead.seq_id) == (39, 46)
+    second, events = h.submit(SHARED + "two", max_tokens=6)
+    h.run_until_idle()
+    assert second.cached == 24  # the checkpoint before position 24 (25 tokens are shared)
+    assert h.backend.windows_restored == 1
+    assert answers(events) == fresh_answer(SHARED + "two", max_tokens=6)
+    h.assert_clean()
+
+
+def test_without_checkpoints_such_a_prefix_is_decoded_again():
+    h = Harness(window=WINDOW, budget=0, parallel=2)
+    h.submit(SHARED + "one", max_tokens=20)
+    h.run_until_idle()
+    second, events = h.submit(SHARED + "two", max_tokens=6)
+    h.run_until_idle()
+    assert second.cached == 0
+    assert answers(events) == fresh_answer(SHARED + "two", max_tokens=6)
+    h.assert_clean()
+
+
+def test_the_next_turn_goes_on_from_the_whole_answer_while_its_window_is_there():
+    h = Harness(window=WINDOW, parallel=2)
+    first, _ = h.submit(SHARED + "one", max_tokens=20)
+    h.run_until_idle()
+    held = h.scheduler.slots.held(first.lead.seq_id)
+    assert len(held) == 28 + 19
+    follow_up = TokenPrompt((*held, *h.backend.tokenize("and more", add_special=False, parse_special=False)))
+    second, events = h.submit(follow_up, max_tokens=6)
+    h.run_until_idle()
+    assert second.cached == len(held)  # no checkpoint needed: nothing restored
+    assert h.backend.windows_restored == 0
+    assert answers(events) == fresh_answer(follow_up, max_tokens=6)
+    h.assert_clean()
+
+
+def test_a_turn_that_rewrites_the_end_of_the_last_answer_goes_on_from_its_prompt_checkpoint():
+    h = Harness(window=WINDOW, parallel=2)
+    first, _ = h.submit(SHARED + "one", max_tokens=20)
+    h.run_until_idle()
+    held = h.scheduler.slots.held(first.lead.seq_id)
+    rewritten = TokenPrompt((*held[:-3], *h.backend.tokenize("xyz", add_special=False, parse_special=False)))
+    second, events = h.submit(rewritten, max_tokens=6)
+    h.run_until_idle()
+    assert second.cached == 27  # the checkpoint before the first prompt's last token
+    assert h.backend.windows_restored == 1
+    assert answers(events) == fresh_answer(rewritten, max_tokens=6)
+    h.assert_clean()
+
+
+def test_prompt_chunks_end_where_checkpoints_go():
+    h = Harness(window=WINDOW, parallel=2)
+    h.submit(SHARED + "one", max_tokens=2)
+    h.run_until_idle()
+    prefill_ends = [decode[-1][1] + 1 for decode in h.backend.decodes[:5]]
+    assert prefill_ends == [8, 16, 24, 27, 28]
+    h.assert_clean()
+
+
+def test_choices_of_one_prompt_and_drafts_keep_every_window_they_decode_with():
+    # n=3 copies the lead's window to its siblings; a repetitive prompt makes n-gram drafts,
+    # whose rejected cells are cut. The fake refuses any decode whose window misses a cell.
+    h = Harness(window=WINDOW, parallel=4)
+    _, events = h.submit("abcabcabcabcabcabcabcabc", n=3, temperature=1.0, seed=3, max_tokens=12)
+    _, repeat = h.submit("xyzxyzxyzxyzxyzxyzxyz", max_tokens=16)
+    h.run_until_idle()
+    assert answers(events, 3) == fresh_answer(
+        "abcabcabcabcabcabcabcabc", n=3, temperature=1.0, seed=3, max_tokens=12
+    )
+    assert answers(repeat) == fresh_answer("xyzxyzxyzxyzxyzxyzxyz", max_tokens=16)
+    h.assert_clean()
+
+
+def test_a_checkpoint_cut_away_is_never_restored():
+    # The second request keeps 24 positions of the first's sequence (from its checkpoint):
+    # the first's checkpoint before 27 goes with the rest, and the second prompt takes its
+    # own there. A third request sharing the second's prompt goes on from that one.
+    h = Harness(window=WINDOW, parallel=1)
+    h.submit(SHARED + "one", max_tokens=20)
+    h.run_until_idle()
+    second, _ = h.submit(SHARED + "ozz", max_tokens=20)
+    h.run_until_idle()
+    assert second.cached == 24
+    third, events = h.submit(SHARED + "ozz" + "y" * 5, max_tokens=6)
+    h.run_until_idle()
+    assert third.cached == 27
+    assert answers(events) == fresh_answer(SHARED + "ozz" + "y" * 5, max_tokens=6)
+    h.assert_clean()
