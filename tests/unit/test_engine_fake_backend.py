@@ -148,7 +148,7 @@ def finishes(events: list) -> dict[int, str]:
     return {e.index: e.reason for e in events if isinstance(e, Finished)}
 
 
-def fresh_answer(prompt: str, n: int = 1, **params) -> list[str]:
+def fresh_answer(prompt: str | TokenPrompt, n: int = 1, **params) -> list[str]:
     """What a cold engine answers alone."""
     harness = Harness()
     _, events = harness.submit(prompt, n=n, **params)

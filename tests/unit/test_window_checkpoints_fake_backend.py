@@ -12,6 +12,11 @@ WINDOW = 8
 SHARED = "a shared beginning then "  # 24 letters and spaces: with the BOS, 25 tokens
 
 
+def letters(h: Harness, text: str) -> list[int]:
+    """`text`'s tokens, no BOS."""
+    return h.backend.tokenize(text, add_special=False, parse_special=False)
+
+
 # ---- the bookkeeping --------------------------------------------------------------------------
 
 
@@ -94,7 +99,7 @@ def test_the_next_turn_goes_on_from_the_whole_answer_while_its_window_is_there()
     h.run_until_idle()
     held = h.scheduler.slots.held(first.lead.seq_id)
     assert len(held) == 28 + 19
-    follow_up = TokenPrompt((*held, *h.backend.tokenize("and more", add_special=False, parse_special=False)))
+    follow_up = TokenPrompt((*held, *letters(h, "and more")))
     second, events = h.submit(follow_up, max_tokens=6)
     h.run_until_idle()
     assert second.cached == len(held)  # no checkpoint needed: nothing restored
@@ -108,7 +113,7 @@ def test_a_turn_that_rewrites_the_end_of_the_last_answer_goes_on_from_its_prompt
     first, _ = h.submit(SHARED + "one", max_tokens=20)
     h.run_until_idle()
     held = h.scheduler.slots.held(first.lead.seq_id)
-    rewritten = TokenPrompt((*held[:-3], *h.backend.tokenize("xyz", add_special=False, parse_special=False)))
+    rewritten = TokenPrompt((*held[:-3], *letters(h, "xyz")))
     second, events = h.submit(rewritten, max_tokens=6)
     h.run_until_idle()
     assert second.cached == 27  # the checkpoint before the first prompt's last token
