@@ -50,6 +50,7 @@ from bench.anchors import (
     Server,
     Servers,
     Setup,
+    ctx_args,
     default_lcp_python,
     llama_bench_tg,
     machine_busy_seconds,
@@ -57,6 +58,9 @@ from bench.anchors import (
 )
 
 MIB = 1024 * 1024
+# The long-context memory case: cells, and the --parallel values it runs at.
+LONG_CTX = 32768
+LONG_CTX_PARALLEL = (4, 1)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -225,6 +229,7 @@ class Bench:
             for i, c in enumerate(self.levels):
                 await self.level(servers, i, c)
             if not self.args.images_only:
+                await self.long_context(servers)
                 await self.embeddings(servers)
                 for c in (1, 4):
                     await self.grounded(servers, c)
@@ -415,6 +420,25 @@ class Bench:
         result = await structured.compare(pair, self.args.structured, self.args.tokens)
         result["refused_token_ms"] = structured.refused_token_costs(self.setup.model)
         self.results["structured"] = result
+
+    async def long_context(self, servers: Servers) -> None:
+        """Resident memory after one chat with a LONG_CTX-cell context, at --parallel 4 and 1
+        (Gemma 3's sliding-window layers: window-sized caches or full-size ones)."""
+        for c in LONG_CTX_PARALLEL:
+            print(f"long context {LONG_CTX}, --parallel {c}: RSS after one chat ...", flush=True)
+            running = [servers.start(k, c, ctx_args(k, LONG_CTX)) for k in self.kinds]
+            await asyncio.gather(*(servers.wait_ready(s) for s in running))
+            for server in running:
+                await load.warm_up(server.url, server.kind, self.args.prompt_words)
+            await asyncio.sleep(1.0)
+            for server in running:
+                mem = server.rss()
+                self.results.setdefault("long_context", {})[f"{server.kind}@{c}"] = {
+                    "rss": mem.get("VmRSS"),
+                    "rss_peak": mem.get("VmHWM"),
+                    "ctx": LONG_CTX,
+                }
+                servers.stop(server)
 
     async def embeddings(self, servers: Servers) -> None:
         """The edgeserves' /v1/embeddings and llama-server's (--embeddings, mean pooling) on

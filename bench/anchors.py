@@ -88,6 +88,13 @@ def _base_command(kind: str, setup: Setup, port: int, parallel: int) -> list[str
     raise ValueError(f"unknown server {kind!r}")
 
 
+def ctx_args(kind: str, n_ctx: int) -> tuple[str, ...]:
+    """Arguments that give `kind` a context of `n_ctx` cells instead of the setup's (the last
+    one given counts, in each server's parser)."""
+    flag = {LLAMA_SERVER: "-c", LCP_SERVER: "--n_ctx"}.get(kind, "--ctx-size")
+    return (flag, str(n_ctx))
+
+
 def health_path(kind: str) -> str:
     """A GET path that answers 200 once the model is loaded."""
     return "/v1/models" if kind == LCP_SERVER else "/health"

@@ -217,6 +217,7 @@ def render(results: dict[str, Any]) -> tuple[list[str], list[Figure]]:
             f"llama-bench tg{lb['tokens']} at depth {lb['depth']}: {lb['tps']:.1f} "
             f"tok/s (median of {lb['runs']} alternated runs of {lb['reps']} reps)"
         )
+    lines += _long_context(results, tab)
     for part in (_scoring, _embeddings, _grounded, _structured, _soak, _abuse):
         lines += part(results, versus)
     lines.append(
@@ -270,6 +271,22 @@ class _Table:
             return line + f"{NA:>14}"
         shown = self.versus.ratio(figure)
         return line + ("" if shown is None else f"{shown:>14}")
+
+
+def _long_context(results: dict[str, Any], tab: _Table) -> list[str]:
+    """RSS after one chat with a long context, per --parallel."""
+    lc = results.get("long_context")
+    if not lc:
+        return []
+    parallels = sorted({int(key.rsplit("@", 1)[1]) for key in lc}, reverse=True)
+    ctx = next(iter(lc.values()))["ctx"]
+    lines = [f"long context (--ctx-size {ctx}; RSS after one chat)"]
+    for c in parallels:
+        for label, key in (("RSS MiB", "rss"), ("RSS peak MiB", "rss_peak")):
+            row = Row(f"{label} --parallel {c}", key, "{:.0f}", False, 1.0 / MIB)
+            values = {s: (lc.get(f"{s}@{c}") or {}).get(key) for s in tab.servers}
+            lines.append(tab.row(row, values, "long context "))
+    return lines
 
 
 def _images(results: dict[str, Any], tab: _Table) -> list[str]:
@@ -545,6 +562,12 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
     for c in cfg["concurrency"]:
         idle = _mib(get(c, EDGESERVE, "rss_idle"))
         out.append(_at_most(f"idle RSS <= model + 100 MiB (--parallel {c})", idle, limit, 1, "MiB"))
+    for key, both in (results.get("long_context") or {}).items():
+        kind, c = key.rsplit("@", 1)
+        if kind == EDGESERVE:
+            theirs = (results["long_context"].get(f"{LLAMA_SERVER}@{c}") or {}).get("rss")
+            what = f"RSS <= llama-server's at --ctx-size {both['ctx']} --parallel {c}"
+            out.append(_at_most(what, _mib(both["rss"]), _mib(theirs), 1.0, "MiB"))
     sk = (results.get("soak") or {}).get(EDGESERVE)
     if sk:
         growth = _mib(sk["rss_growth"]) or 0.0

@@ -121,6 +121,41 @@ async def test_health_and_requests_are_503_until_the_model_is_loaded(aiohttp_cli
     engine.close()
 
 
+async def test_models_polled_from_process_start_is_503_loading_until_chat_works(server_factory):
+    # Reference clients poll /v1/models to learn that the server is up: from the first
+    # connection the process accepts, every answer is 503 + Retry-After saying the model is
+    # loading, /health agrees, and once /v1/models is 200 a chat is answered.
+    server = server_factory()
+    loading = 0
+    async with aiohttp.ClientSession() as session:
+        deadline = time.monotonic() + 60
+        while True:
+            assert time.monotonic() < deadline, "the model never finished loading"
+            assert server.proc.poll() is None, server.proc.communicate()[1]
+            try:
+                async with session.get(f"{server.url}/health") as resp:
+                    health = resp.status
+                async with session.get(f"{server.url}/v1/models") as resp:
+                    status, body = resp.status, await resp.json()
+                    retry_after = resp.headers.get("Retry-After")
+            except aiohttp.ClientConnectionError:
+                await asyncio.sleep(0.01)
+                continue
+            if status == 200:
+                break
+            assert health == 503, "/health said ready before /v1/models did"
+            assert (status, retry_after) == (503, "2"), body
+            assert body == {"detail": "The model is still loading; retry in a few seconds."}
+            loading += 1
+        assert loading > 0, "no request arrived while the model loaded"
+        assert body["data"][0]["id"] == "gemma-3-270m-q4_k_m"
+        chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        async with session.post(f"{server.url}/v1/chat/completions", json=chat) as resp:
+            assert resp.status == 200
+            assert (await resp.json())["choices"][0]["message"]["content"] is not None
+    assert server.stop()[0] == 0
+
+
 async def test_serve_answers_then_sigterm_drains_and_exits_zero(server_factory):
     server = server_factory()
     async with aiohttp.ClientSession() as session:

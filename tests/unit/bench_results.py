@@ -127,6 +127,11 @@ def results(servers: tuple[str, ...] = (EDGESERVE, EDGESERVE_BASELINE, LLAMA_SER
         }
         for s in edgeserves
     }
+    out["long_context"] = {
+        f"{s}@{c}": {"rss": rss * MIB, "rss_peak": (rss + 20) * MIB, "ctx": 32768}
+        for s, rss in zip(servers, (400, 800, 480), strict=False)
+        for c in (4, 1)
+    }  # edgeserve 400 MiB, its baseline 800, llama-server 480
     out["abuse"] = {
         s: {
             "idle_cpu_pct_after_disconnect": 0.5,

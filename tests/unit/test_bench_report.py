@@ -74,6 +74,8 @@ def test_every_figure_of_the_other_workloads_is_compared():
         "multi-turn turn 1 TTFT p50 ms",
         "c=4 sampled aggregate tok/s",
         "c=1 idle CPU %",
+        "long context RSS MiB --parallel 4",
+        "long context RSS peak MiB --parallel 1",
     ):
         assert label in labels
     text = report.table(results())
@@ -144,3 +146,17 @@ def test_without_sampled_runs_the_sampled_rows_stay_empty():
     labels = {f.label for f in report.versus_previous(data)}
     assert "c=4 sampled aggregate tok/s" not in labels
     assert "c=4 aggregate tok/s" in labels
+
+
+def test_long_context_memory_is_a_row_per_parallel_with_both_ratios_and_a_target():
+    data = results()
+    lines = lines_of(data)
+    assert "long context (--ctx-size 32768; RSS after one chat)" in lines
+    assert row(lines, "long context", "RSS MiB --parallel 4") == [
+        "400", "800", "480", "0.83", "0.50"
+    ]  # fmt: skip
+    checks = {what: ok for what, ok, _ in report.targets(data)}
+    assert checks["RSS <= llama-server's at --ctx-size 32768 --parallel 1"] is True
+    data["long_context"]["edgeserve@4"]["rss"] = 500 * MIB
+    checks = {what: ok for what, ok, _ in report.targets(data)}
+    assert checks["RSS <= llama-server's at --ctx-size 32768 --parallel 4"] is False

@@ -215,7 +215,7 @@ class LoadedModel(Vocabulary):
         cparams.n_batch = n_batch
         cparams.n_ubatch = n_ubatch or min(n_batch, MAX_UBATCH)
         cparams.n_seq_max = n_seq
-        cparams.n_outputs_max = n_outputs
+        cparams.n_outputs_max = max(n_outputs, n_seq)  # llama.cpp reserves a row per sequence
         cparams.n_outputs_max_per_seq = 0
         cparams.n_threads = self.n_threads
         cparams.n_threads_batch = self.n_threads
