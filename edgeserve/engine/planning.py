@@ -223,7 +223,8 @@ class Planner:
                 continue
             alone = quiet and end == len(job.tokens) and job.prompt.short_tail is None
             take = min(batch.room, budget, left - 1 if alone and left > 1 else left)
-            if spacing := self.checkpoint_spacing:  # a chunk ends where a checkpoint goes
+            spacing = self.checkpoint_spacing
+            if spacing and not _in_short_tail(job):  # a chunk ends where a checkpoint goes
                 take = min(take, spacing - job.prefilled % spacing)
             if take <= 0:
                 break
@@ -298,6 +299,13 @@ class Planner:
             for (i, _), draft in zip(wants, made, strict=True):
                 drafts[i] = draft
         return drafts
+
+
+def _in_short_tail(job: Job) -> bool:
+    """Whether a job's prefill is at the short text after its last media item, which is
+    decoded in one chunk (Prompt.short_tail)."""
+    tail = job.prompt.short_tail
+    return tail is not None and job.prefilled >= tail
 
 
 def _media_next(job: Job) -> MediaSpan | None:

@@ -4,8 +4,13 @@ behind; decoding a position whose window misses cells is refused)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from edgeserve.engine.checkpoints import MAX_PER_SEQUENCE, WindowCheckpoints
-from edgeserve.engine.types import TokenPrompt
+from edgeserve.engine.jobs import Choice, Job, JobState, MediaSpan, Prompt
+from edgeserve.engine.planning import GenerationPlan, Planner
+from edgeserve.engine.types import GenerationRequest, SamplingParams, TokenPrompt
+from tests.unit.fake_backend import FakeBatch
 from tests.unit.test_engine_fake_backend import Harness, answers, fresh_answer
 
 WINDOW = 8
@@ -160,3 +165,24 @@ def test_a_checkpoint_cut_away_is_never_restored():
     assert third.cached == 27
     assert answers(events) == fresh_answer(SHARED + "ozz" + "y" * 5, max_tokens=6)
     h.assert_clean()
+
+
+def test_the_short_question_after_an_image_is_one_chunk_across_a_checkpoint_position():
+    # An image at 100-499, then 60 tokens of question: decoded in one chunk, as llama.cpp's
+    # own chunk evaluation does, although a checkpoint position (512) falls inside it. Text
+    # alone at the same place stops at 512.
+    def first_chunk(media: tuple[MediaSpan, ...]) -> int:
+        prompt = Prompt(tokens=list(range(560)), max_new=4, reserve=564, media=media)
+        job = Job(1, GenerationRequest(TokenPrompt(()), SamplingParams()), prompt, sink=None)
+        job.state, job.prefilled = JobState.PREFILLING, 500
+        job.choices = [Choice(0, seq_id=0, sampler=None, stops=())]  # type: ignore[arg-type]
+        planner = Planner(
+            n_ctx=4096, prefill_chunk=16, draft_max=0, draft_model=None, checkpoint_spacing=512
+        )
+        plan = planner.plan(FakeBatch(2048), [job], [])
+        assert isinstance(plan, GenerationPlan)
+        return plan.prefills[0][1]
+
+    image = MediaSpan(100, np.zeros((400, 4), dtype=np.float32), non_causal=True)
+    assert first_chunk((image,)) == 60
+    assert first_chunk(()) == 12
