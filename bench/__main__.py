@@ -423,10 +423,12 @@ class Bench:
 
     async def long_context(self, servers: Servers) -> None:
         """Resident memory after one chat with a LONG_CTX-cell context, at --parallel 4 and 1
-        (Gemma 3's sliding-window layers: window-sized caches or full-size ones)."""
+        (Gemma 3's sliding-window layers: window-sized caches or full-size ones). Not
+        llama_cpp.server: it allocates n_ctx × n_vocab float scores (32 GiB here)."""
+        kinds = [k for k in self.kinds if k != LCP_SERVER]
         for c in LONG_CTX_PARALLEL:
             print(f"long context {LONG_CTX}, --parallel {c}: RSS after one chat ...", flush=True)
-            running = [servers.start(k, c, ctx_args(k, LONG_CTX)) for k in self.kinds]
+            running = [servers.start(k, c, ctx_args(k, LONG_CTX)) for k in kinds]
             await asyncio.gather(*(servers.wait_ready(s) for s in running))
             for server in running:
                 await load.warm_up(server.url, server.kind, self.args.prompt_words)

@@ -89,9 +89,9 @@ def _base_command(kind: str, setup: Setup, port: int, parallel: int) -> list[str
 
 
 def ctx_args(kind: str, n_ctx: int) -> tuple[str, ...]:
-    """Arguments that give `kind` a context of `n_ctx` cells instead of the setup's (the last
-    one given counts, in each server's parser)."""
-    flag = {LLAMA_SERVER: "-c", LCP_SERVER: "--n_ctx"}.get(kind, "--ctx-size")
+    """Arguments that give an edgeserve or llama-server a context of `n_ctx` cells instead of
+    the setup's (the last one given counts, in both parsers)."""
+    flag = "-c" if kind == LLAMA_SERVER else "--ctx-size"
     return (flag, str(n_ctx))
 
 
