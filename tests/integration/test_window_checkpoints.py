@@ -73,16 +73,12 @@ def full_engine(model_path: Path) -> Iterator[Engine]:
 async def greedy(engine: Engine, prompt: str, max_tokens: int = 8) -> tuple[str, int]:
     """The greedy answer and how many prompt tokens came from the cache."""
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
-    text, cached = "", -1
     async with EngineClient(engine).generate(GenerationRequest(prompt, params)) as generation:
         await generation.submit()
-        async for event in generation.events():
-            if isinstance(event, TextDelta):
-                text += event.text
-            elif isinstance(event, Finished):
-                cached = event.cached_tokens
+        events = [event async for event in generation.events()]
     await assert_engine_idle(engine)
-    return text, cached
+    (finished,) = (event for event in events if isinstance(event, Finished))
+    return "".join(e.text for e in events if isinstance(e, TextDelta)), finished.cached_tokens
 
 
 async def test_the_sliding_layers_hold_a_window_unless_swa_full(window_engine, full_engine):

@@ -5,6 +5,7 @@ behind; decoding a position whose window misses cells is refused)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from edgeserve.engine.checkpoints import MAX_PER_SEQUENCE, WindowCheckpoints
 from edgeserve.engine.jobs import Choice, Job, JobState, MediaSpan, Prompt
@@ -98,32 +99,30 @@ def test_without_checkpoints_such_a_prefix_is_decoded_again():
     h.assert_clean()
 
 
-def test_the_next_turn_goes_on_from_the_whole_answer_while_its_window_is_there():
+@pytest.mark.parametrize(
+    ("kept", "then", "cached", "restored"),
+    [
+        # The next turn re-sends the whole answer: its window is still there.
+        (47, "and more", 47, 0),
+        # The last three answer tokens differ: back to the checkpoint before the first
+        # prompt's last token.
+        (44, "xyz", 27, 1),
+    ],
+)
+def test_the_next_turn_goes_on_from_the_answer_or_from_the_prompts_checkpoint(
+    kept: int, then: str, cached: int, restored: int
+):
     h = Harness(window=WINDOW, parallel=2)
     first, _ = h.submit(SHARED + "one", max_tokens=20)
     h.run_until_idle()
     held = h.scheduler.slots.held(first.lead.seq_id)
     assert len(held) == 28 + 19
-    follow_up = TokenPrompt((*held, *letters(h, "and more")))
+    follow_up = TokenPrompt((*held[:kept], *letters(h, then)))
     second, events = h.submit(follow_up, max_tokens=6)
     h.run_until_idle()
-    assert second.cached == len(held)  # no checkpoint needed: nothing restored
-    assert h.backend.windows_restored == 0
+    assert second.cached == cached
+    assert h.backend.windows_restored == restored
     assert answers(events) == fresh_answer(follow_up, max_tokens=6)
-    h.assert_clean()
-
-
-def test_a_turn_that_rewrites_the_end_of_the_last_answer_goes_on_from_its_prompt_checkpoint():
-    h = Harness(window=WINDOW, parallel=2)
-    first, _ = h.submit(SHARED + "one", max_tokens=20)
-    h.run_until_idle()
-    held = h.scheduler.slots.held(first.lead.seq_id)
-    rewritten = TokenPrompt((*held[:-3], *letters(h, "xyz")))
-    second, events = h.submit(rewritten, max_tokens=6)
-    h.run_until_idle()
-    assert second.cached == 27  # the checkpoint before the first prompt's last token
-    assert h.backend.windows_restored == 1
-    assert answers(events) == fresh_answer(rewritten, max_tokens=6)
     h.assert_clean()
 
 
