@@ -111,19 +111,22 @@ class Watched:
         await self.page.press("#prompt", "Enter")
 
     async def answered(self, count: int) -> Any:
-        """The `count`-th answer once it has ended (its figures are shown)."""
+        """The `count`-th answer once it has ended with its figures (not with an error)."""
         answer = self.page.locator(".msg.assistant").nth(count - 1)
-        await answer.locator(".fig").first.wait_for(timeout=60_000)
+        await answer.locator(".fig, .error").first.wait_for(timeout=60_000)
+        error = answer.locator(".error")
+        assert not await error.count(), await error.inner_text()
         return answer
 
     async def figure(self, answer: Any, name: str) -> str:
-        return await answer.locator(f'.fig[data-fig="{name}"] .fig-value').inner_text()
+        return await answer.locator(f'.fig[data-fig="{name}"] .fig-value').inner_text(timeout=1000)
 
 
 @pytest_asyncio.fixture(loop_scope="module")
 async def watched(browser: Browser) -> AsyncIterator[Watched]:
     """A fresh browser context (its own storage) at laptop width, watched."""
     context = await browser.new_context(viewport=LAPTOP)
+    context.set_default_timeout(10_000)
     page = Watched(await context.new_page())
     page.watch()
     yield page

@@ -189,7 +189,7 @@ async function send() {
     answer.finish(timing, null, "stopped");
   } finally {
     setRunning(null);
-    refreshHealth();
+    setTimeout(refreshHealth, 250); // once the server has seen the end too
   }
   if (epoch !== state.epoch) return;
   if (said) state.history.push(turn, { role: "assistant", content: said });
