@@ -126,6 +126,7 @@ class Watched:
 async def watched(browser: Browser) -> AsyncIterator[Watched]:
     """A fresh browser context (its own storage) at laptop width, watched."""
     context = await browser.new_context(viewport=LAPTOP)
+    await context.grant_permissions(["clipboard-read", "clipboard-write"])
     context.set_default_timeout(10_000)
     page = Watched(await context.new_page())
     page.watch()
@@ -133,17 +134,13 @@ async def watched(browser: Browser) -> AsyncIterator[Watched]:
     await context.close()
 
 
-async def add_to_chat_requests(page: Page, extra: dict[str, Any]) -> None:
-    """Send `extra` fields with every chat request the page makes (the page has no control
-    for them): the page's own request, with fields added on its way out."""
+async def ban_end_of_generation(page: Page) -> None:
+    """Ban Gemma's end-of-generation tokens in the page's chat requests, so that an answer runs
+    to max_tokens: the page's own request, `logit_bias` added on its way out (the page has no
+    control for it)."""
 
     async def amend(route: Route) -> None:
         body = route.request.post_data_json
-        await route.continue_(post_data=json.dumps({**body, **extra}))
+        await route.continue_(post_data=json.dumps({**body, "logit_bias": EOS_BAN}))
 
     await page.route(f"**/{CHAT}", amend)
-
-
-async def ban_end_of_generation(page: Page) -> None:
-    """Gemma's end-of-generation tokens banned, so an answer runs to max_tokens."""
-    await add_to_chat_requests(page, {"logit_bias": EOS_BAN})

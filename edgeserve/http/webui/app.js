@@ -142,6 +142,23 @@ function setRunning(controller) {
   ui.stop.hidden = controller === null;
 }
 
+/** Reads an answer's stream into `reply` (its text, timings, usage and finish reason) and
+ * redraws `answer` as it grows. */
+async function readAnswer(body, signal, reply, answer) {
+  for await (const chunk of chatStream(body, signal)) {
+    const choice = chunk.choices?.[0];
+    const piece = choice?.delta?.content;
+    if (piece) {
+      reply.lastTokenAt = performance.now();
+      reply.firstTokenAt ??= reply.lastTokenAt;
+      reply.text += piece;
+      answer.update(reply.text);
+    }
+    reply.finish = choice?.finish_reason ?? reply.finish;
+    reply.usage = chunk.usage ?? reply.usage;
+  }
+}
+
 async function send() {
   const text = ui.prompt.value.trim();
   if (state.controller || !state.model || (!text && !state.images.length)) return;
@@ -159,41 +176,43 @@ async function send() {
 
   const controller = new AbortController();
   const epoch = state.epoch;
+  const reply = {
+    text: "",
+    usage: null,
+    finish: null,
+    startedAt: performance.now(),
+    firstTokenAt: null,
+    lastTokenAt: null,
+  };
   setRunning(controller);
-  const timing = { startedAt: performance.now(), firstTokenAt: null, lastTokenAt: null };
-  let said = "";
-  let usage = null;
-  let finish = null;
   try {
-    for await (const chunk of chatStream(chatRequest(turn), controller.signal)) {
-      const choice = chunk.choices?.[0];
-      const piece = choice?.delta?.content;
-      if (piece) {
-        timing.lastTokenAt = performance.now();
-        timing.firstTokenAt ??= timing.lastTokenAt;
-        said += piece;
-        answer.update(said);
-      }
-      finish = choice?.finish_reason ?? finish;
-      usage = chunk.usage ?? usage;
-    }
-    answer.finish(timing, usage, finish === "length" ? "max tokens reached" : "");
+    await readAnswer(chatRequest(turn), controller.signal, reply, answer);
+    answer.finish(reply, reply.finish === "length" ? "max tokens reached" : "");
   } catch (err) {
     if (!controller.signal.aborted) {
       answer.failed(err.message);
       asked.classList.add("dropped");
-      if (!ui.prompt.value) ui.prompt.value = text;
+      giveBack(text, images);
       if (err.status === 401) askForKey(err.message);
       return;
     }
-    answer.finish(timing, null, "stopped");
+    answer.finish({ ...reply, usage: null }, "stopped");
   } finally {
     setRunning(null);
     setTimeout(refreshHealth, 250); // once the server has seen the end too
   }
   if (epoch !== state.epoch) return;
-  if (said) state.history.push(turn, { role: "assistant", content: said });
+  if (reply.text) state.history.push(turn, { role: "assistant", content: reply.text });
   else asked.classList.add("dropped");
+}
+
+/** A message that failed goes back into the composer, unless something new is there. */
+function giveBack(text, images) {
+  if (ui.prompt.value || state.images.length) return;
+  ui.prompt.value = text;
+  state.images.push(...images);
+  showAttachments();
+  fitPrompt();
 }
 
 function clearConversation() {

@@ -89,14 +89,14 @@ export class AnswerView {
     });
   }
 
-  /** The answer is over: `note` says how it ended when that is news ("stopped", "max
-   * tokens"), `timing` and `usage` give the figures. */
-  finish(timing, usage, note) {
+  /** The answer is over: `reply` has its timings and usage (null when there is none), `note`
+   * says how it ended when that is news ("stopped", "max tokens reached"). */
+  finish(reply, note) {
     cancelAnimationFrame(this.frame);
     renderText(this.body, this.text);
     this.body.classList.remove("streaming");
     this.onRender();
-    const figures = answerFigures({ ...timing, usage });
+    const figures = answerFigures(reply);
     const shown = [
       ["ttft", "TTFT", figures.ttftMs === null ? null : formatMs(figures.ttftMs)],
       ["rate", "", figures.tokensPerSecond === null ? null : formatRate(figures.tokensPerSecond)],
@@ -118,7 +118,7 @@ export class AnswerView {
   }
 
   failed(message) {
-    this.finish({ startedAt: 0, firstTokenAt: null, lastTokenAt: null }, null, "");
+    this.finish({ startedAt: 0, firstTokenAt: null, lastTokenAt: null, usage: null }, "");
     this.node.classList.add("failed");
     this.node.append(make("p", "error", message));
   }
