@@ -42,6 +42,14 @@ RECORD_GROWTH = """() => {
 }"""
 
 
+# Whether the newest answer's footer (copy button) is inside the conversation's visible area.
+LAST_ANSWER_IN_VIEW = """() => {
+  const log = document.getElementById('log').getBoundingClientRect();
+  const copy = [...document.querySelectorAll('.msg.assistant .copy')].pop().getBoundingClientRect();
+  return copy.top >= log.top && copy.bottom <= log.bottom;
+}"""
+
+
 def settings_drawer(shown: bool) -> str:
     """A page function: true once the settings drawer has slid fully in or out of view."""
     where = "right <= innerWidth + 0.5" if shown else "left >= innerWidth"
@@ -107,6 +115,9 @@ async def test_an_answer_streams_in_with_its_figures(serve, watched: Watched):
     await page.emulate_media(color_scheme="dark")
     await page.set_viewport_size(PHONE)
     await page.wait_for_function(settings_drawer(False))  # slid out of view
+    await watched.ask("Thank you!", max_tokens=4)
+    await watched.answered(3)
+    assert await page.evaluate(LAST_ANSWER_IN_VIEW)  # the page followed the answer down
     await page.screenshot(path=SCREENSHOTS / "webui-phone-dark.png")
     await page.click("#settings-toggle")
     await page.wait_for_function(settings_drawer(True))

@@ -95,7 +95,6 @@ export class AnswerView {
     cancelAnimationFrame(this.frame);
     renderText(this.body, this.text);
     this.body.classList.remove("streaming");
-    this.onRender();
     const figures = answerFigures(reply);
     const shown = [
       ["ttft", "TTFT", figures.ttftMs === null ? null : formatMs(figures.ttftMs)],
@@ -115,12 +114,13 @@ export class AnswerView {
       box.append(fig);
     }
     if (this.text) this.#enableCopy();
+    this.onRender();
   }
 
   failed(message) {
-    this.finish({ startedAt: 0, firstTokenAt: null, lastTokenAt: null, usage: null }, "");
     this.node.classList.add("failed");
     this.node.append(make("p", "error", message));
+    this.finish({ startedAt: 0, firstTokenAt: null, lastTokenAt: null, usage: null }, "");
   }
 
   #enableCopy() {
