@@ -58,13 +58,15 @@ serve: install model ## set up everything (venv, build, default model) and serve
 test: install-test model test-tools ## set up what the tests need and run the whole suite
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# The deploy tests drive nginx and haproxy, the TLS tests make certificates with openssl; as
-# root they are installed from Debian's packages when missing (elsewhere, or if that fails,
+# The deploy tests drive nginx and haproxy, the TLS tests make certificates with openssl, the
+# chat page's tests drive headless Chromium (through Playwright, never a browser it downloads);
+# as root they are installed from Debian's packages when missing (elsewhere, or if that fails,
 # those tests are skipped and say why).
 test-tools:
 	@missing=""; command -v nginx >/dev/null || missing="$$missing nginx-light"; \
 	command -v haproxy >/dev/null || missing="$$missing haproxy"; \
 	command -v openssl >/dev/null || missing="$$missing openssl"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		echo "installing$$missing for the deploy tests"; \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \

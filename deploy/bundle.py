@@ -41,10 +41,12 @@ def _llama_lib() -> Path:
 
 
 def build_key() -> str:
-    """A hash of what the bundle is made of: edgeserve's sources, the spec and this script, the
-    installed packages, the llama.cpp libraries (the backend) and the Python build."""
+    """A hash of what the bundle is made of: edgeserve's files (sources and the chat page), the
+    spec and this script, the installed packages, the llama.cpp libraries (the backend) and the
+    Python build."""
     digest = hashlib.sha256(f"{sys.version}|{platform.machine()}".encode())
-    sources = sorted((REPO / "edgeserve").rglob("*.py")) + sorted((REPO / "deploy").glob("*.py"))
+    package = [p for p in (REPO / "edgeserve").rglob("*") if p.is_file() and p.suffix != ".pyc"]
+    sources = sorted(package) + sorted((REPO / "deploy").glob("*.py"))
     for path in [SPEC, *sources]:
         digest.update(f"{path.relative_to(REPO)}\0".encode() + path.read_bytes())
     packages = sorted(

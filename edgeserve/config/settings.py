@@ -316,6 +316,13 @@ class Settings:
         env=("EDGESERVE_ROOT_PATH", "FASTAPI_ROOT_PATH"),
         shown="none",
     )
+    no_webui: bool = _setting(
+        False,
+        values.boolean,
+        "do not serve the chat page at / (it then answers 404, as the reference does)",
+        "BOOL",
+        kind="switch",
+    )
     reference_errors: bool = _setting(
         False,
         values.boolean,

@@ -24,7 +24,7 @@ from edgeserve.api.score import routes as score
 from edgeserve.api.tokenize import routes as tokenize
 from edgeserve.config import Settings
 from edgeserve.engine.client import EngineClient
-from edgeserve.http import middlewares
+from edgeserve.http import chat_page, middlewares
 from edgeserve.http.generation import generation_handler
 from edgeserve.http.keys import (
     ENGINE,
@@ -62,6 +62,7 @@ def create_app(
     fetcher of their own.
 
     Routes answer with and without `settings.root_path`, as the reference's root_path does.
+    The chat page is at `/` (and `root_path/`) unless `settings.no_webui`.
     """
     app = web.Application(
         client_max_size=settings.max_body_bytes,
@@ -95,8 +96,11 @@ def create_app(
     app[LIMITS] = limits
     app[MEDIA_LIMITS] = {}
     paths: set[str] = set()
+    page = {} if settings.no_webui else chat_page.load_assets()
     for prefix in [""] + ([settings.root_path] if settings.root_path else []):
         _add_routes(app, prefix, API_ROUTES, paths)
+        if page:
+            paths.update(chat_page.add_routes(app.router, prefix, page))
         app.router.add_get(prefix + "/health", health, allow_head=False)
         app.router.add_get(prefix + "/metrics", prometheus_metrics, allow_head=False)
         paths.update({prefix + "/health", prefix + "/metrics"})

@@ -92,7 +92,6 @@ async def test_health_needs_no_key(make_client):
 
 # (method, path, status, detail, Allow header or None)
 ROUTING = [
-    pytest.param("GET", "/", 404, "Not Found", None, id="root"),
     pytest.param("GET", "/v1/nope", 404, "Not Found", None, id="unknown"),
     # The reference has no /v1/completions (404); edgeserve serves OpenAI's legacy endpoint.
     pytest.param("GET", "/v1/completions", 405, "Method Not Allowed", "POST", id="get-completions"),
@@ -116,6 +115,15 @@ async def test_routing_errors(client, method, path, status, text, allow):
     reply = await send(client, method, path, ctype=None)
     assert_error(reply, status, detail(text))
     assert reply.headers.get("Allow") == allow
+    assert reply.headers["Vary"] == "Origin"
+
+
+async def test_root_without_the_chat_page_is_404(make_client):
+    """`/` is edgeserve's chat page (README divergence 20); --no-webui gives the reference's
+    404."""
+    client = await make_client(no_webui=True)
+    reply = await send(client, "GET", "/", ctype=None)
+    assert_error(reply, 404, detail("Not Found"))
     assert reply.headers["Vary"] == "Origin"
 
 

@@ -191,6 +191,12 @@ def test_stream(served):
     assert stream_text(events)
 
 
+def test_the_chat_page_is_bundled(served):
+    webui = REPO / "edgeserve" / "http" / "webui"
+    assert served.request("/", key=None) == (200, (webui / "index.html").read_bytes())
+    assert served.request("/webui/app.js", key=None) == (200, (webui / "app.js").read_bytes())
+
+
 def test_score(served):
     status, body = served.request(
         "/v1/score/evaluation", {"model": "rm", "messages": ["Paris is in France.", "a"]}

@@ -101,6 +101,7 @@ def test_defaults(model):
         cors_origins=("local",),
         allowed_hosts=(),
         root_path="",
+        no_webui=False,
         reference_errors=False,
         log_format="text",
         log_level="info",
@@ -176,6 +177,13 @@ PRECEDENCE = [
         ("API_KEY", "k3"),
         'api_keys = ["k4", "k5"]',
         (("k1", "k2"), ("k3",), ("k4", "k5"), ()),
+    ),
+    (
+        "no_webui",
+        ["--no-webui"],
+        ("EDGESERVE_NO_WEBUI", "false"),
+        "no-webui = true",
+        (True, False, True, False),
     ),
     (
         "reference_errors",

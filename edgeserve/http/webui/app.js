@@ -1,0 +1,297 @@
+// The chat page: settings, the conversation (kept in this page only), the server's state.
+
+import { ApiError, apiKey, chatStream, health, modelId } from "./api.js";
+import { describeHealth } from "./format.js";
+import { AnswerView, attachmentChip, userMessage } from "./view.js";
+
+const $ = (id) => document.getElementById(id);
+const ui = {
+  log: $("log"),
+  empty: $("empty"),
+  composer: $("composer"),
+  prompt: $("prompt"),
+  send: $("send"),
+  stop: $("stop"),
+  attach: $("attach"),
+  file: $("file"),
+  attachments: $("attachments"),
+  system: $("system"),
+  temperature: $("temperature"),
+  maxTokens: $("max-tokens"),
+  seed: $("seed"),
+  settings: $("settings"),
+  settingsToggle: $("settings-toggle"),
+  keyDialog: $("key-dialog"),
+  keyForm: $("key-form"),
+  keyInput: $("key-input"),
+  keyError: $("key-error"),
+  keyState: $("key-state"),
+};
+
+const state = {
+  model: null, // the id GET /v1/models gives; null until the API answered
+  history: [], // the turns sent with the next request
+  images: [], // data URLs attached to the next message
+  controller: null, // the running answer's AbortController
+  follow: true, // keep the newest text in view (the reader has not scrolled up)
+  epoch: 0, // counts the clears: an answer that ends after one stays out of the history
+};
+
+// ---- the server: model, key, load ----------------------------------------------------------
+
+function setModel(id) {
+  state.model = id;
+  $("model-name").textContent = id;
+  $("empty-model").textContent = id;
+  ui.keyState.hidden = !apiKey.get();
+}
+
+async function connect() {
+  try {
+    setModel(await modelId());
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 401) askForKey(apiKey.get() ? err.message : "");
+    else setTimeout(connect, 2000); // loading (503) or unreachable
+  }
+}
+
+function askForKey(error) {
+  if (!state.model) $("model-name").textContent = "API key needed";
+  ui.keyDialog.hidden = false;
+  ui.keyError.textContent = error;
+  ui.keyError.hidden = !error;
+  ui.keyInput.focus();
+}
+
+ui.keyForm.addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const key = ui.keyInput.value.trim();
+  try {
+    const id = await modelId(key);
+    apiKey.set(key);
+    ui.keyDialog.hidden = true;
+    ui.keyInput.value = "";
+    setModel(id);
+  } catch (err) {
+    askForKey(err.message);
+    ui.keyInput.select();
+  }
+});
+
+$("forget-key").addEventListener("click", () => {
+  apiKey.forget();
+  askForKey("");
+});
+
+let healthTimer = 0;
+
+async function refreshHealth() {
+  clearTimeout(healthTimer);
+  const body = await health();
+  const chip = $("load-chip");
+  let delay = 5000;
+  if (body === null) {
+    chip.dataset.state = "down";
+    $("load-text").textContent = "unreachable";
+  } else {
+    const seen = describeHealth(body);
+    chip.dataset.state = seen.state;
+    $("load-text").textContent = seen.text;
+    for (const [name, value] of Object.entries(seen.info)) $(`info-${name}`).textContent = value;
+    ui.attach.hidden = !(body.input_modalities ?? []).includes("image");
+    if (body.status === "loading") delay = 1000;
+  }
+  healthTimer = setTimeout(refreshHealth, document.hidden ? 30000 : delay);
+}
+
+document.addEventListener("visibilitychange", () => document.hidden || refreshHealth());
+
+// ---- the conversation ----------------------------------------------------------------------
+
+function followEnd() {
+  if (state.follow) ui.log.scrollTop = ui.log.scrollHeight;
+}
+
+ui.log.addEventListener("scroll", () => {
+  state.follow = ui.log.scrollHeight - ui.log.scrollTop - ui.log.clientHeight < 48;
+});
+
+function chatRequest(turn) {
+  const system = ui.system.value.trim();
+  const body = {
+    model: state.model,
+    messages: [...(system ? [{ role: "system", content: system }] : []), ...state.history, turn],
+    stream: true,
+    stream_options: { include_usage: true },
+    temperature: Number(ui.temperature.value),
+  };
+  if (ui.maxTokens.value) body.max_tokens = Number(ui.maxTokens.value);
+  if (ui.seed.value) body.seed = Number(ui.seed.value);
+  return body;
+}
+
+function userTurn(text, images) {
+  if (!images.length) return { role: "user", content: text };
+  const parts = images.map((url) => ({ type: "image_url", image_url: { url } }));
+  return { role: "user", content: [{ type: "text", text }, ...parts] };
+}
+
+function setRunning(controller) {
+  state.controller = controller;
+  ui.send.hidden = controller !== null;
+  ui.stop.hidden = controller === null;
+}
+
+/** Reads an answer's stream into `reply` (its text, timings, usage and finish reason) and
+ * redraws `answer` as it grows. */
+async function readAnswer(body, signal, reply, answer) {
+  for await (const chunk of chatStream(body, signal)) {
+    const choice = chunk.choices?.[0];
+    const piece = choice?.delta?.content;
+    if (piece) {
+      reply.lastTokenAt = performance.now();
+      reply.firstTokenAt ??= reply.lastTokenAt;
+      reply.text += piece;
+      answer.update(reply.text);
+    }
+    reply.finish = choice?.finish_reason ?? reply.finish;
+    reply.usage = chunk.usage ?? reply.usage;
+  }
+}
+
+async function send() {
+  const text = ui.prompt.value.trim();
+  if (state.controller || !state.model || (!text && !state.images.length)) return;
+  const images = state.images.splice(0);
+  showAttachments();
+  const turn = userTurn(text, images);
+  const asked = userMessage(text, images);
+  const answer = new AnswerView(state.model, followEnd);
+  ui.prompt.value = "";
+  fitPrompt();
+  ui.empty.hidden = true;
+  ui.log.append(asked, answer.node);
+  state.follow = true;
+  followEnd();
+
+  const controller = new AbortController();
+  const epoch = state.epoch;
+  const reply = {
+    text: "",
+    usage: null,
+    finish: null,
+    startedAt: performance.now(),
+    firstTokenAt: null,
+    lastTokenAt: null,
+  };
+  setRunning(controller);
+  try {
+    await readAnswer(chatRequest(turn), controller.signal, reply, answer);
+    answer.finish(reply, reply.finish === "length" ? "max tokens reached" : "");
+  } catch (err) {
+    if (!controller.signal.aborted) {
+      answer.failed(err.message);
+      asked.classList.add("dropped");
+      giveBack(text, images);
+      if (err.status === 401) askForKey(err.message);
+      return;
+    }
+    answer.finish({ ...reply, usage: null }, "stopped");
+  } finally {
+    setRunning(null);
+    setTimeout(refreshHealth, 250); // once the server has seen the end too
+  }
+  if (epoch !== state.epoch) return;
+  if (reply.text) state.history.push(turn, { role: "assistant", content: reply.text });
+  else asked.classList.add("dropped");
+}
+
+/** A message that failed goes back into the composer, unless something new is there. */
+function giveBack(text, images) {
+  if (ui.prompt.value || state.images.length) return;
+  ui.prompt.value = text;
+  state.images.push(...images);
+  showAttachments();
+  fitPrompt();
+}
+
+function clearConversation() {
+  state.controller?.abort();
+  state.epoch += 1;
+  state.history = [];
+  ui.log.querySelectorAll(".msg").forEach((node) => node.remove());
+  ui.empty.hidden = false;
+  ui.prompt.focus();
+}
+
+// ---- attachments -----------------------------------------------------------------------------
+
+function readAsDataUrl(file) {
+  return new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.onload = () => resolve(reader.result);
+    reader.onerror = () => reject(reader.error);
+    reader.readAsDataURL(file);
+  });
+}
+
+function showAttachments() {
+  ui.attachments.replaceChildren(
+    ...state.images.map((url, index) =>
+      attachmentChip(url, () => {
+        state.images.splice(index, 1);
+        showAttachments();
+      }),
+    ),
+  );
+  ui.attachments.hidden = state.images.length === 0;
+}
+
+ui.attach.addEventListener("click", () => ui.file.click());
+ui.file.addEventListener("change", async () => {
+  for (const file of ui.file.files) state.images.push(await readAsDataUrl(file));
+  ui.file.value = "";
+  showAttachments();
+});
+
+// ---- the composer and the settings -----------------------------------------------------------
+
+function fitPrompt() {
+  ui.prompt.style.height = "auto";
+  ui.prompt.style.height = `${Math.min(ui.prompt.scrollHeight, 200)}px`;
+}
+
+ui.composer.addEventListener("submit", (event) => {
+  event.preventDefault();
+  send();
+});
+ui.prompt.addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    event.preventDefault();
+    ui.composer.requestSubmit();
+  }
+});
+ui.prompt.addEventListener("input", fitPrompt);
+ui.stop.addEventListener("click", () => state.controller?.abort());
+$("clear").addEventListener("click", clearConversation);
+ui.temperature.addEventListener("input", () => {
+  $("temperature-value").textContent = ui.temperature.value;
+});
+
+function showSettings(open) {
+  ui.settings.classList.toggle("open", open);
+  ui.settingsToggle.setAttribute("aria-expanded", String(open));
+}
+
+ui.settingsToggle.addEventListener("click", (event) => {
+  event.stopPropagation();
+  showSettings(!ui.settings.classList.contains("open"));
+});
+$("settings-close").addEventListener("click", () => showSettings(false));
+document.addEventListener("click", (event) => {
+  if (!ui.settings.contains(event.target)) showSettings(false); // a tap beside the drawer
+});
+
+refreshHealth();
+connect();
+ui.prompt.focus();

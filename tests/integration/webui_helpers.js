@@ -1,0 +1,38 @@
+// The chat page's pure helpers (edgeserve/http/webui/format.js), run in the page by
+// tests/integration/test_webui_browser.py: each case is [what a helper returned, the value
+// expected].
+async () => {
+  const f = await import('./webui/format.js');
+  const sse = new f.SseParser();
+  const pieces = ['data: {"a"', ':1}\n\n: ping - now\n\nda', 'ta: [DONE]\r\n\r\ndata: x\ndata: y\n\n'];
+  const usage = {prompt_tokens: 9, completion_tokens: 11, prompt_tokens_details: {cached_tokens: 4}};
+  return [
+    [pieces.map((piece) => sse.push(piece)), [[], ['{"a":1}'], ['[DONE]', 'x\ny']]],
+    [f.errorMessage(401, '{"detail": "Invalid API key.", "message": "Invalid API key."}'), 'Invalid API key.'],
+    [f.errorMessage(400, '{"detail": "Invalid role"}'), 'Invalid role'],
+    [f.errorMessage(422, '{"detail": [{"loc": ["body", "messages"], "msg": "Field required"}]}'),
+     'body.messages: Field required'],
+    [f.errorMessage(504, '{"error": {"message": "too slow", "code": 504}}'), 'too slow'],
+    [f.errorMessage(502, ''), 'HTTP 502'],
+    [f.errorMessage(502, 'Bad gateway\n'), 'Bad gateway'],
+    [f.splitFences('Look:\n```py\nx = 1\n```\nDone.'),
+     [{code: false, lang: '', text: 'Look:'}, {code: true, lang: 'py', text: 'x = 1'},
+      {code: false, lang: '', text: 'Done.'}]],
+    [f.splitFences('a\n```\nstill streaming'),
+     [{code: false, lang: '', text: 'a'}, {code: true, lang: '', text: 'still streaming'}]],
+    [f.splitFences('```\n```\n'), []],
+    [f.answerFigures({startedAt: 100, firstTokenAt: 350, lastTokenAt: 850, usage}),
+     {ttftMs: 250, tokensPerSecond: 20, promptTokens: 9, completionTokens: 11, cachedTokens: 4}],
+    [f.answerFigures({startedAt: 0, firstTokenAt: 5, lastTokenAt: 5, usage: null}),
+     {ttftMs: 5, tokensPerSecond: null, promptTokens: null, completionTokens: null, cachedTokens: null}],
+    [[f.formatMs(85.4), f.formatMs(1234), f.formatRate(21.26), f.formatRate(512.4)],
+     ['85 ms', '1.23 s', '21.3 tok/s', '512 tok/s']],
+    [f.describeHealth({status: 'ok', model: 'm', n_ctx: 4096, parallel: 4, busy_slots: 2,
+       queue_length: 1, kv_cells_used: 300, gpu_offload: true, n_gpu_layers: 18,
+       input_modalities: ['text', 'image']}),
+     {state: 'busy', text: '2/4 busy, 1 queued', info: {model: 'm', ctx: '4,096 tokens',
+       slots: '2 of 4 busy', queue: '1 waiting', kv: '300 of 4096 cells',
+       gpu: '18 layers offloaded', input: 'text, image'}}],
+    [f.describeHealth({status: 'loading'}).text, 'loading model'],
+  ];
+}
