@@ -13,8 +13,11 @@
       │                                    may be a lower bound, at_least)
       ├── RequestTooLarge(what, got, limit) a request over a configured engine limit
       ├── UnknownToken(position, token)    a token id outside the model's vocabulary
-      └── InvalidPrompt(message)           the chat template refused the conversation
-            └── InvalidMedia(message)      an image or clip that cannot be read or is too big
+      ├── InvalidPrompt(message)           the chat template refused the conversation
+      │     └── InvalidMedia(message)      an image or clip that cannot be read or is too big
+      ├── UnknownAdapter(name)             a LoRA adapter that is not loaded (any more)
+      ├── AdapterInUse(name)               an adapter to unload that requests still run under
+      └── InvalidAdapter(message)          a LoRA file that is not an adapter of the model
 
 No module here imports aiohttp, so every layer may use these.
 """
@@ -108,3 +111,25 @@ class InvalidPrompt(EngineError):
 class InvalidMedia(InvalidPrompt):
     """An image or audio clip that cannot be read (not an image, truncated, too many pixels),
     or media the model does not take; the message says which item and why."""
+
+
+class UnknownAdapter(EngineError):
+    """A request names a LoRA adapter that is not loaded (or was unloaded since)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"the adapter {name} is not loaded")
+        self.name = name
+
+
+class AdapterInUse(EngineError):
+    """An adapter to unload that live requests still run under."""
+
+    def __init__(self, name: str, requests: int) -> None:
+        super().__init__(f"the adapter {name} is in use by {requests} request(s)")
+        self.name = name
+        self.requests = requests
+
+
+class InvalidAdapter(EngineError):
+    """A LoRA file that cannot be loaded as an adapter of the served model (not a LoRA GGUF,
+    another architecture, tensor shapes that do not match), or a name already taken."""

@@ -1,8 +1,9 @@
-"""The engine thread's inbox: new jobs and cancels from any thread, and the queue's limit.
+"""The engine thread's inbox: new jobs, cancels and calls from any thread, and the
+queue's limit.
 
-`put` and `cancel` (any thread) only append under one lock; the engine thread takes both at
-the start of each step (`take`). With nothing to do it waits on that lock's condition
-(`wait_for`): it never spins. Requests on the prepare threads, in the inbox and in the
+`put`, `cancel` and `call` (any thread) only append under one lock; the engine thread takes
+them at the start of each step (`take`, `take_calls`). With nothing to do it waits on that
+lock's condition (`wait_for`): it never spins. Requests on the prepare threads, in the inbox and in the
 scheduler's waiting queue all hold a place in the queue of `max_queue`.
 """
 
@@ -12,6 +13,8 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
 
 from edgeserve.engine.jobs import AnyJob
 from edgeserve.errors import EngineOverloaded, EngineStopped
@@ -25,6 +28,7 @@ class Inbox:
         self._cond = threading.Condition()
         self._jobs: deque[AnyJob] = deque()
         self._cancels: deque[AnyJob] = deque()
+        self._calls: deque[tuple[Callable[[], Any], Future[Any]]] = deque()
         self._queued = 0  # jobs in the scheduler's waiting queue
         self._preparing = 0  # requests on the prepare threads
         self._accepting = True
@@ -82,6 +86,17 @@ class Inbox:
             self._cancels.append(job)
             self._cond.notify()
 
+    def call(self, fn: Callable[[], Any]) -> Future[Any]:
+        """Run `fn()` on the engine thread at the start of its next step (after that step's
+        new jobs are queued): a Future of its result (EngineStopped once the thread ends)."""
+        future: Future[Any] = Future()
+        with self._cond:
+            if not self._running:
+                raise EngineStopped("the engine is not running")
+            self._calls.append((fn, future))
+            self._cond.notify()
+        return future
+
     def stop_accepting(self) -> None:
         """Refuse new requests from now on."""
         with self._cond:
@@ -109,6 +124,12 @@ class Inbox:
             self._queued += len(jobs)
         return jobs, cancels
 
+    def take_calls(self) -> deque[tuple[Callable[[], Any], Future[Any]]]:
+        """The calls to run on the engine thread, in order."""
+        with self._cond:
+            calls, self._calls = self._calls, deque()
+        return calls
+
     def set_queued(self, queued: int) -> None:
         """How many jobs wait in the scheduler's queue after a step."""
         with self._cond:
@@ -127,7 +148,7 @@ class Inbox:
             with self._cond:
                 if not self._running:
                     return False
-                if self._jobs or self._cancels or work():
+                if self._jobs or self._cancels or self._calls or work():
                     return True
                 self._cond.wait(timeout())
             idle()
@@ -141,11 +162,15 @@ class Inbox:
                 self._cond.wait(left)
 
     def close(self) -> list[AnyJob]:
-        """Stop, and return the jobs still in the inbox (for their owners to be told)."""
+        """Stop, and return the jobs still in the inbox (for their owners to be told); calls
+        not run yet fail with EngineStopped."""
         with self._cond:
             self._running = False
             leftovers = list(self._jobs)
             self._jobs.clear()
             self._cancels.clear()
+            calls, self._calls = self._calls, deque()
             self._queued = 0
+        for _, future in calls:
+            future.set_exception(EngineStopped("the engine stopped"))
         return leftovers

@@ -18,12 +18,17 @@ in a separate scoring context (scores must not depend on what else runs), shorte
 streams wait on it. Embeddings requests take the same turns: one decode of up to EMBED_CHUNK
 tokens of their texts (fewer while streams wait; a long text is split across decodes unless
 its model pools whole texts) in a separate embeddings context.
+LoRA adapters: llama.cpp applies one adapter set to a context at a time, so a step serves the
+jobs of one set only (`AdapterTurns`): while jobs under several sets run, their generation and
+media steps take turns, one step per set in a fixed order, so no set waits for more than one
+step of each other; a score or embeddings step runs under its own job's set.
 
 Pure bookkeeping (no llama.cpp import, no threads), like the scheduler that owns it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from edgeserve.engine.draft_model import DraftModel, DraftWant, batch_size
@@ -41,7 +46,7 @@ from edgeserve.engine.ports import Batch, DecodeLimits, EmbedSpan
 from edgeserve.engine.scoring import TextState
 from edgeserve.engine.speculation import STEP_ROWS, Drafter, DraftPace, draft_room
 from edgeserve.engine.step_cost import StepCost
-from edgeserve.engine.types import EngineConfig
+from edgeserve.engine.types import AdapterSet, EngineConfig
 
 # Tokens (and logit rows) per score decode: a multiple of the CPU kernels' row blocks, so a
 # chunked text gives the same rows as a lone decode.
@@ -80,6 +85,11 @@ class EmbedPlan:
     job: EmbedJob
     spans: list[EmbedSpan]
 
+    @property
+    def adapters(self) -> AdapterSet:
+        """The adapter set the step runs under (its job's)."""
+        return self.job.request.adapters
+
 
 @dataclass
 class GenerationPlan:
@@ -89,6 +99,7 @@ class GenerationPlan:
     rows: list[tuple[int, Job, Choice, tuple[int, ...]]] = field(default_factory=list)
     # (job, prompt tokens taken, batch row of the prompt's last token when this chunk ends it)
     prefills: list[tuple[Job, int, int | None]] = field(default_factory=list)
+    adapters: AdapterSet = ()  # the adapter set of every job in the step
 
     @property
     def logit_rows(self) -> int:
@@ -113,6 +124,11 @@ class MediaPlan:
     job: Job
     span: MediaSpan
 
+    @property
+    def adapters(self) -> AdapterSet:
+        """The adapter set the step runs under (its job's)."""
+        return self.job.request.adapters
+
 
 @dataclass
 class ScorePlan:
@@ -123,6 +139,11 @@ class ScorePlan:
     start: int
     take: int
     outputs: list[int]
+
+    @property
+    def adapters(self) -> AdapterSet:
+        """The adapter set the step runs under (its job's)."""
+        return self.job.request.adapters
 
 
 class Planner:
@@ -143,6 +164,7 @@ class Planner:
         self.draft_max = draft_max
         self.draft_model = draft_model  # drafts in place of n-gram lookups when set
         self.step_cost = StepCost()
+        self.adapter_turns = AdapterTurns()
         self._score_turn = True
         self._media_turn = True
 
@@ -161,6 +183,8 @@ class Planner:
                 return EmbedPlan(job, job.next_spans(budget))
             return self._plan_score(job, beside_streams=bool(active))
         self._score_turn = True
+        streams = any(job.state is JobState.GENERATING for job in active)
+        active = self.adapter_turns.next_group(active)
         media = [(job, span) for job in active if (span := _media_next(job)) is not None]
         tokens = any(job.steppable and _media_next(job) is None for job in active)
         if media and (self._media_turn or not tokens):
@@ -169,7 +193,7 @@ class Planner:
         self._media_turn = True
         if not tokens:
             return None
-        return self._plan_generation(batch, active)
+        return self._plan_generation(batch, active, streams)
 
     def _plan_score(self, job: ScoreJob, *, beside_streams: bool) -> ScorePlan:
         text = job.current_text()
@@ -181,16 +205,16 @@ class Planner:
         take = min(len(text.tokens) - text.fed, chunk)
         return ScorePlan(job, text, text.fed, take, text.outputs_in(text.fed, take))
 
-    def _plan_generation(self, batch: Batch, active: list[Job]) -> GenerationPlan:
-        plan = GenerationPlan()
-        generating = 0
+    def _plan_generation(self, batch: Batch, active: list[Job], streams: bool) -> GenerationPlan:
+        """A generation step for `active`, the jobs of one adapter set; `streams` when any
+        answer is being generated (under any set): prompts then take a share of the step."""
+        plan = GenerationPlan(adapters=active[0].request.adapters)
         prefilling: list[Job] = []
         stepping: list[tuple[Job, Choice]] = []
         for job in active:
             if job.state is JobState.PREFILLING:
                 prefilling.append(job)
                 continue
-            generating += 1
             stepping += [(job, c) for c in job.choices if not c.done and c.pending is None]
         room = draft_room(len(stepping), self.draft_max)
         threshold = self.step_cost.threshold(len(stepping))
@@ -206,7 +230,7 @@ class Planner:
             plan.rows.append((row, job, choice, tuple(draft)))
         budget = batch.room
         row_tokens = 0
-        if generating:
+        if streams:
             budget = min(budget, self._prefill_budget(plan.logit_rows))
             row_tokens = self._row_in_prompt_tokens()
         # Alone in the engine, a prompt's last token (whose row gives the first answer token)
@@ -215,7 +239,7 @@ class Planner:
         # otherwise answer differently from the same prompt found in the cache. Beside other
         # work the batch varies anyway, and the extra step would only delay first tokens. A
         # short question after an image is decoded whole, cached or not (Prompt.short_tail).
-        quiet = not generating and len(prefilling) == 1
+        quiet = not streams and len(prefilling) == 1
         for job in prefilling:
             end = job.prompt.text_end(job.prefilled)
             left = end - job.prefilled
@@ -299,6 +323,26 @@ class Planner:
             for (i, _), draft in zip(wants, made, strict=True):
                 drafts[i] = draft
         return drafts
+
+
+class AdapterTurns:
+    """Which adapter set's jobs the next generation or media step serves: the one after the
+    last served, in a fixed order of the sets that have something to decode (see the module
+    docstring)."""
+
+    def __init__(self) -> None:
+        self._last: AdapterSet | None = None
+
+    def next_group(self, active: Sequence[Job]) -> list[Job]:
+        """The jobs of `active` (in order) under the set whose turn it is: every job when all
+        run under one set."""
+        ready = sorted({job.request.adapters for job in active if job.steppable})
+        if len(ready) <= 1:
+            self._last = ready[0] if ready else None
+            return [job for job in active if job.request.adapters == self._last]
+        later = [adapters for adapters in ready if self._last is None or adapters > self._last]
+        self._last = later[0] if later else ready[0]
+        return [job for job in active if job.request.adapters == self._last]
 
 
 def _in_short_tail(job: Job) -> bool:

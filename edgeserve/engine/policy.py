@@ -6,10 +6,10 @@ life can be driven by a scripted backend in unit tests.
 Admission is FIFO. A generation needs `n` free sequence ids and a KV reservation of its
 prompt plus `n × min(max_tokens, n_ctx / parallel)` cells; a request alone in the engine is
 always admitted. Its lead sequence is the free one whose cached tokens share the longest
-prefix with its prompt (the prefix cache; a media item is reused whole or not at all), the
-other choices get cleared sequences and a copy of the lead's KV once the prompt is in. Which
-sequences share cells that way is recorded (`SharedCells`), so that a cell several sequences
-hold counts once.
+prefix with its prompt under the same LoRA adapter set (the prefix cache; a media item is
+reused whole or not at all), the other choices get cleared sequences and a copy of the lead's
+KV once the prompt is in. Which sequences share cells that way is recorded (`SharedCells`), so
+that a cell several sequences hold counts once.
 
 On models with sliding-window attention, a sequence keeps only the last window of its sliding
 layers; checkpoints of that window taken while prompts are decoded (`WindowCheckpoints`) let
@@ -117,14 +117,15 @@ class Scheduler:
                 job.state = JobState.GENERATING
                 self.scoring.append(job)
                 continue
-            lead, common = self.slots.take_best(job.tokens)
+            adapters = job.request.adapters
+            lead, common = self.slots.take_best(job.tokens, adapters)
             common = job.prompt.reusable(min(common, len(job.tokens) - 1))
             cached = self._reuse_prefix(lead, common, len(job.tokens))
             seqs = [lead] + [self._take_cleared() for _ in range(job.request.n - 1)]
             try:
                 job.choices = open_choices(job, seqs)
             except Exception as exc:
-                self.slots.give_back(lead, job.tokens[:cached])
+                self.slots.give_back(lead, job.tokens[:cached], adapters)
                 for seq in seqs[1:]:
                     self.slots.give_back(seq, [])
                 job.state = JobState.CANCELLED
@@ -197,7 +198,7 @@ class Scheduler:
         choice.done = True
         choice.sampler.free()
         self._cut(choice.seq_id, choice.n_past)  # cells of an unverified draft
-        self.slots.give_back(choice.seq_id, choice.held_tokens(job.tokens))
+        self.slots.give_back(choice.seq_id, choice.held_tokens(job.tokens), job.request.adapters)
 
     def _retire(self, job: Job) -> None:
         self.active.remove(job)

@@ -15,7 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from edgeserve.engine.types import ChatPrompt, MediaKind, SamplingParams, TokenizerInfo
+from edgeserve.engine.types import (
+    AdapterSet,
+    ChatPrompt,
+    MediaKind,
+    SamplingParams,
+    TokenizerInfo,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -194,6 +200,20 @@ class Backend(KvCache, Protocol):
     batch: Batch
     # The --draft-model's context, when one is loaded (its vocabulary is this model's).
     draft_context: DraftContext | None
+
+    def load_adapter(self, adapter_id: int, path: str) -> None:
+        """Load a LoRA adapter's weights as `adapter_id` (raises AdapterLoadError when the
+        file is not a LoRA adapter of this model)."""
+        ...
+
+    def free_adapter(self, adapter_id: int) -> None:
+        """Free an adapter's weights; no decode runs under it afterwards."""
+        ...
+
+    def use_adapters(self, adapters: AdapterSet) -> None:
+        """The adapter set the next decodes run under, in every context of the served model
+        (generation, scoring, embeddings): one step runs one set."""
+        ...
 
     def decode(self) -> int:
         """Decode `batch` in the generation context: 0 done, 1 no room in the KV cache (nothing

@@ -1,13 +1,16 @@
 """Free sequence ids and the prompt cache they carry.
 
-A finished sequence keeps its KV cells: the tokens it holds are remembered here, and the next
-request that starts with the same tokens (a second chat turn re-sending the first) takes that
-sequence and decodes only what is new. Pure bookkeeping; the scheduler does the llama.cpp calls.
+A finished sequence keeps its KV cells: the tokens it holds are remembered here, with the
+LoRA adapter set they were computed under, and the next request under the same set that starts
+with the same tokens (a second chat turn re-sending the first) takes that sequence and decodes
+only what is new. Pure bookkeeping; the scheduler does the llama.cpp calls.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+
+from edgeserve.engine.types import AdapterSet
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -27,10 +30,12 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 class SlotPool:
-    """The free sequence ids, each with the tokens whose KV it still holds."""
+    """The free sequence ids, each with the tokens whose KV it still holds and the adapter
+    set that KV was computed under."""
 
     def __init__(self, n_seq: int) -> None:
         self._held: dict[int, list[int]] = {seq: [] for seq in range(n_seq)}
+        self._adapters: dict[int, AdapterSet] = dict.fromkeys(range(n_seq), ())
         self._last_used: dict[int, int] = dict.fromkeys(range(n_seq), 0)
         self._clock = 0
 
@@ -47,17 +52,21 @@ class SlotPool:
         """The tokens whose KV free sequence `seq` holds."""
         return self._held[seq]
 
-    def take_best(self, tokens: list[int]) -> tuple[int, int]:
-        """Take the free sequence sharing the longest prefix with `tokens`.
+    def take_best(self, tokens: list[int], adapters: AdapterSet = ()) -> tuple[int, int]:
+        """Take the free sequence sharing the longest prefix with `tokens`, computed under
+        `adapters` (a sequence computed under another set shares nothing).
 
         Returns (seq_id, reusable prefix length); on ties, or with no match at all, the least
         recently used sequence is taken. The caller drops the cells past the prefix.
         """
-        best = max(
-            self._held,
-            key=lambda s: (common_prefix(self._held[s], tokens), -self._last_used[s]),
-        )
-        return best, common_prefix(self._held.pop(best), tokens)
+
+        def shared(seq: int) -> int:
+            return common_prefix(self._held[seq], tokens) if self._adapters[seq] == adapters else 0
+
+        best = max(self._held, key=lambda s: (shared(s), -self._last_used[s]))
+        common = shared(best)
+        del self._held[best]
+        return best, common
 
     def take_any(self) -> int:
         """Take the least recently used free sequence (the caller clears its cells)."""
@@ -65,11 +74,13 @@ class SlotPool:
         del self._held[seq]
         return seq
 
-    def give_back(self, seq: int, tokens: list[int]) -> None:
-        """Return a sequence whose KV holds exactly `tokens` (positions 0..len-1)."""
+    def give_back(self, seq: int, tokens: list[int], adapters: AdapterSet = ()) -> None:
+        """Return a sequence whose KV holds exactly `tokens` (positions 0..len-1), computed
+        under `adapters`."""
         self._clock += 1
         self._last_used[seq] = self._clock
         self._held[seq] = tokens
+        self._adapters[seq] = adapters
 
     def evict_lru(self) -> int | None:
         """Forget the least recently used non-empty cache; return its sequence id (to clear)."""

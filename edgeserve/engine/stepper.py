@@ -1,5 +1,6 @@
-"""One scheduling step on the engine thread: take in new requests and cancels, admit, decode
-once (a generation, score or embeddings plan), check the scheduler's invariants, deliver.
+"""One scheduling step on the engine thread: take in new requests, cancels and calls (loading
+and unloading LoRA adapters), admit, decode once (a generation, score or embeddings plan,
+under its adapter set), check the scheduler's invariants, deliver.
 
 Isolation: any exception while serving one job (sampling, a grammar, a score chunk, making
 its samplers) ends that job alone with EngineFault (500, logged with its traceback); the
@@ -13,6 +14,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import Executor
 
+from edgeserve.engine.adapters import Adapter, AdapterCatalog
 from edgeserve.engine.generating import Generating
 from edgeserve.engine.inbox import Inbox
 from edgeserve.engine.jobs import AnyJob
@@ -22,7 +24,13 @@ from edgeserve.engine.policy import InvariantError
 from edgeserve.engine.ports import Backend
 from edgeserve.engine.score_steps import ScoreSteps
 from edgeserve.engine.types import EngineConfig, EngineStats
-from edgeserve.errors import EngineError, EngineRestarted
+from edgeserve.errors import (
+    AdapterInUse,
+    EngineError,
+    EngineRestarted,
+    InvalidAdapter,
+    UnknownAdapter,
+)
 
 log = logging.getLogger("edgeserve.engine")
 
@@ -32,9 +40,15 @@ class Stepper:
     for `Engine.stats` (read lock-free from any thread)."""
 
     def __init__(
-        self, backend: Backend, config: EngineConfig, inbox: Inbox, grammar: Executor
+        self,
+        backend: Backend,
+        config: EngineConfig,
+        inbox: Inbox,
+        grammar: Executor,
+        adapters: AdapterCatalog,
     ) -> None:
         self.config = config
+        self.adapters = adapters
         self.state = Loaded(backend, config)
         self.inbox = inbox
         self.generating = Generating(self.state, grammar, inbox.wake)
@@ -56,8 +70,17 @@ class Stepper:
         jobs, cancels = self.inbox.take()
         for job in jobs:
             scheduler.enqueue(job)
+            gone = [i for i, _ in job.request.adapters if self.adapters.with_id(i) is None]
+            if gone:
+                state.fail(job, UnknownAdapter(f"with id {gone[0]}"))
         for job in cancels:
             scheduler.cancel(job)
+        for fn, future in self.inbox.take_calls():
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except Exception as exc:
+                    future.set_exception(exc)
         self.generating.collect()
         for job, exc in scheduler.admit(self.generating.open_choices):
             state.fail(job, exc)
@@ -65,6 +88,8 @@ class Stepper:
         # attends to it.
         broken = self._broken_invariant()
         plan = None if broken else scheduler.plan(state.backend.batch)
+        if plan is not None:
+            state.backend.use_adapters(plan.adapters)
         if isinstance(plan, ScorePlan):
             self.scoring.score(plan)
         elif isinstance(plan, EmbedPlan):
@@ -77,6 +102,31 @@ class Stepper:
             self.restart(broken)
         self.inbox.set_queued(len(scheduler.waiting))
         self._deliver()
+
+    def load_adapter(self, name: str, path: str) -> Adapter:
+        """Load a LoRA adapter as `name` (a call from the inbox: InvalidAdapter when the name
+        is taken or the file is not an adapter of the model)."""
+        if self.adapters.named(name) is not None:
+            raise InvalidAdapter(f"an adapter named {name} is already loaded")
+        self.state.backend.load_adapter(self.adapters.next_id(), path)
+        return self.adapters.add(name, path)
+
+    def unload_adapter(self, name: str) -> Adapter:
+        """Unload the adapter `name` (a call from the inbox): UnknownAdapter when none is
+        loaded by that name, AdapterInUse while a live request runs under it."""
+        adapter = self.adapters.named(name)
+        if adapter is None:
+            raise UnknownAdapter(name)
+        users = [
+            job
+            for job in self.state.scheduler.live_jobs()
+            if any(i == adapter.id for i, _ in job.request.adapters)
+        ]
+        if users:
+            raise AdapterInUse(name, len(users))
+        self.adapters.remove(name)
+        self.state.backend.free_adapter(adapter.id)
+        return adapter
 
     def _broken_invariant(self) -> str | None:
         """Why the scheduler's bookkeeping is broken (see Scheduler.check_invariants), or None."""

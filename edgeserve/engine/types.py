@@ -12,6 +12,10 @@ if TYPE_CHECKING:
 FinishReason = Literal["stop", "length", "abort"]
 MediaKind = Literal["image", "audio"]
 
+# LoRA adapters a request runs under: (adapter id, scale) pairs, sorted by id, no zero scales
+# (see adapters.py); () is the base model alone.
+AdapterSet = tuple[tuple[int, float], ...]
+
 # Where a media item sits in a ChatTurn's content. Random per process, so no text a client
 # sends can stand for an image.
 MEDIA_MARKER: Final = f"<__edgeserve_media_{secrets.token_hex(8)}__>"
@@ -43,6 +47,8 @@ class EngineConfig:
     mmproj_path: str | None = None
     max_media_pixels: int = 40_000_000
     max_media_tokens: int = 4096
+    # LoRA adapters loaded with the model, as (name, GGUF path); their ids are their places.
+    lora_adapters: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -115,12 +121,13 @@ class TokenPrompt:
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """Work for the engine: a prompt (chat, raw text or token ids) and how to sample `n`
-    answers."""
+    """Work for the engine: a prompt (chat, raw text or token ids), how to sample `n`
+    answers, and the LoRA adapters to answer under."""
 
     prompt: ChatPrompt | str | TokenPrompt
     params: SamplingParams
     n: int = 1
+    adapters: AdapterSet = ()
 
 
 @dataclass(frozen=True)
@@ -133,6 +140,7 @@ class ScoreRequest:
     reduction: Literal["mean", "sum"] = "mean"
     return_token_logprobs: bool = False
     top_logprobs: int | None = None
+    adapters: AdapterSet = ()
 
 
 @dataclass(frozen=True)
@@ -140,6 +148,7 @@ class EmbedRequest:
     """Texts (raw text, BOS added as the model says, or token ids as given) to embed."""
 
     texts: tuple[str | TokenPrompt, ...]
+    adapters: AdapterSet = ()
 
 
 @dataclass(frozen=True)

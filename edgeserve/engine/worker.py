@@ -26,6 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from edgeserve.engine.adapters import Adapter, AdapterCatalog
 from edgeserve.engine.inbox import Inbox
 from edgeserve.engine.jobs import AnyJob, EmbedJob, Job, Prompt, ScoreJob, Sink
 from edgeserve.engine.llama.backend import LlamaBackend
@@ -84,6 +85,7 @@ class Engine:
         self.load_error: BaseException | None = None
         self._factory = backend_factory
         self._inbox = Inbox(config.max_queue)
+        self.adapters = AdapterCatalog()  # the LoRA adapters loaded over the model
         self._stepper: Stepper | None = None  # made once, when the model has loaded
         self._loaded = threading.Event()
         self._unloaded = EngineStats(
@@ -272,6 +274,18 @@ class Engine:
         self._inbox.put(job)
         return job
 
+    def load_adapter(self, name: str, path: str) -> Future[Adapter]:
+        """Load a LoRA adapter as `name` on the engine thread, between steps: a Future of it
+        (InvalidAdapter when the name is taken or the file does not fit the model)."""
+        stepper = self._ready()
+        return self._inbox.call(lambda: stepper.load_adapter(name, path))
+
+    def unload_adapter(self, name: str) -> Future[Adapter]:
+        """Unload the adapter `name` on the engine thread, between steps: a Future of it
+        (UnknownAdapter, or AdapterInUse while a live request runs under it)."""
+        stepper = self._ready()
+        return self._inbox.call(lambda: stepper.unload_adapter(name))
+
     def cancel(self, job: AnyJob) -> None:
         """Abort a request: it ends, and its sequences are freed, at the start of the next
         step. No event is sent for it."""
@@ -289,7 +303,9 @@ class Engine:
             self.load_error = exc
             self._loaded.set()
             return False
-        self._stepper = Stepper(backend, self.config, self._inbox, self._grammar)
+        for name, path in self.config.lora_adapters:
+            self.adapters.add(name, path)  # ids in order, as the backend loaded them
+        self._stepper = Stepper(backend, self.config, self._inbox, self._grammar, self.adapters)
         self._loaded.set()
         return True
 

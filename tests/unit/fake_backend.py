@@ -14,6 +14,11 @@ its next one no longer finds (its first position moves up), decoding a position 
 misses cells is refused with -1, and `save_window` / `restore_window` copy a window out and
 back (a restore onto other tokens than the copy's fails the test).
 
+LoRA adapters: any path loads but "bad.gguf"; a decode runs under the set `use_adapters` named
+last (every adapter in it must be loaded), each cell remembers the set it was decoded under
+and a row's logits depend on those sets, so KV reused under another set changes the answer.
+`steps_under` records each decode's set.
+
 With `draft_model_path` set it has a draft context (`FakeDraftContext`) of the same kind:
 cells per sequence, no room past `n_cells`, positions that must continue each sequence; its
 greedy tokens are the scripted model's own ("self"), or ("sloppy") a wrong token at every
@@ -30,8 +35,14 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from edgeserve.engine.draft_model import batch_size
-from edgeserve.engine.types import ChatPrompt, EngineConfig, SamplingParams, TokenizerInfo
-from edgeserve.errors import InvalidPrompt
+from edgeserve.engine.types import (
+    AdapterSet,
+    ChatPrompt,
+    EngineConfig,
+    SamplingParams,
+    TokenizerInfo,
+)
+from edgeserve.errors import InvalidAdapter, InvalidPrompt
 
 VOCAB = 40
 EOS = 1
@@ -45,9 +56,11 @@ GRAMMAR_SLOW = "slow"  # letters only, 0.3 s per token
 SEED_RAISES = 666  # a sampler with this seed raises when it samples (on the engine thread)
 
 
-def history_logits(history: Sequence[int]) -> np.ndarray:
-    """The scripted model: logits that depend on every token before (EOS kept unlikely)."""
-    rng = random.Random(hash(tuple(history)))
+def history_logits(history: Sequence[int], under: Sequence[AdapterSet] = ()) -> np.ndarray:
+    """The scripted model: logits that depend on every token before (EOS kept unlikely), and
+    on the LoRA adapter set each was decoded `under` when any was decoded under one."""
+    key = (tuple(history), tuple(under)) if any(under) else tuple(history)
+    rng = random.Random(hash(key))
     row = np.array([rng.uniform(-4.0, 4.0) for _ in range(VOCAB)], dtype=np.float32)
     row[EOS] -= 6.0
     row[BOS] = -30.0
@@ -237,6 +250,29 @@ class FakeBackend:
         # Tests script failures: called before each decode, may return a status to report.
         self.before_decode: Callable[[list[tuple[int, int, int, bool]]], int | None] | None = None
         self.fail_score = False
+        self.loaded_adapters: set[int] = set()
+        self.adapters: AdapterSet = ()
+        self.steps_under: list[AdapterSet] = []
+        self._cell_under: dict[int, AdapterSet] = {}
+        for adapter_id, (_, path) in enumerate(config.lora_adapters):
+            self.load_adapter(adapter_id, path)
+
+    # ---- LoRA adapters --------------------------------------------------------------------
+
+    def load_adapter(self, adapter_id: int, path: str) -> None:
+        if path.endswith("bad.gguf"):
+            raise InvalidAdapter(f"{path} is not a LoRA adapter of this model")
+        assert adapter_id not in self.loaded_adapters, "an adapter id reused"
+        self.loaded_adapters.add(adapter_id)
+
+    def free_adapter(self, adapter_id: int) -> None:
+        self.loaded_adapters.remove(adapter_id)
+        self.adapters = ()
+
+    def use_adapters(self, adapters: AdapterSet) -> None:
+        missing = [i for i, _ in adapters if i not in self.loaded_adapters]
+        assert not missing, f"a step under adapters {missing} that are not loaded"
+        self.adapters = adapters
 
     # ---- generation -------------------------------------------------------------------
 
@@ -246,6 +282,7 @@ class FakeBackend:
     def decode(self) -> int:
         batch = list(self.batch.tokens)
         self.decodes.append(batch)
+        self.steps_under.append(self.adapters)
         if self.before_decode is not None and (status := self.before_decode(batch)) is not None:
             return status
         ends = {seq: len(cells) for seq, cells in self._seqs.items()}
@@ -264,9 +301,13 @@ class FakeBackend:
                     self.swa_lost[seq] = max(self.swa_lost.get(seq, 0), lost)
         self._rows = []
         for token, _, seq, output in batch:
-            self._seqs[seq].append((token, next(self._cells)))
+            cell = next(self._cells)
+            self._cell_under[cell] = self.adapters
+            self._seqs[seq].append((token, cell))
             if output:
-                self._rows.append(history_logits([t for t, _ in self._seqs[seq]]))
+                cells = self._seqs[seq]
+                under = [self._cell_under[c] for _, c in cells]
+                self._rows.append(history_logits([t for t, _ in cells], under))
             else:
                 self._rows.append(np.empty(0, dtype=np.float32))
         return 0
@@ -361,11 +402,13 @@ class FakeBackend:
         if start == 0:
             self._score_history = []
         assert start == len(self._score_history), "score chunk out of order"
+        self.steps_under.append(self.adapters)
         rows = []
         for offset, token in enumerate(tokens):
             self._score_history.append(token)
             if offset in outputs:
-                rows.append(history_logits(self._score_history))
+                history = self._score_history
+                rows.append(history_logits(history, [self.adapters] * len(history)))
         return rows
 
     def classify(self, tokens: Sequence[int]) -> float:

@@ -19,6 +19,7 @@ from edgeserve.engine.jobs import Job, JobState, ScoreJob, Sink
 from edgeserve.engine.policy import InvariantError, Scheduler
 from edgeserve.engine.step_cost import StepCost
 from edgeserve.engine.types import (
+    AdapterSet,
     ChatPrompt,
     ChatTurn,
     EngineConfig,
@@ -89,20 +90,28 @@ class Harness:
         self.scheduler.planner.step_cost = self.cost()
 
     def submit(
-        self, prompt: str | TokenPrompt = "hello there", n: int = 1, **params
+        self,
+        prompt: str | TokenPrompt = "hello there",
+        n: int = 1,
+        adapters: AdapterSet = (),
+        **params,
     ) -> tuple[Job, list]:
         params.setdefault("max_tokens", 6)
         params.setdefault("temperature", 0.0)
         params.setdefault("logit_bias", NO_EOS)
-        request = GenerationRequest(prompt=prompt, params=SamplingParams(**params), n=n)
+        request = GenerationRequest(
+            prompt=prompt, params=SamplingParams(**params), n=n, adapters=adapters
+        )
         events: list = []
         job = self.engine.submit(
             request, self.engine.prepare(request), Sink(InlineLoop(), events.append)
         )
         return job, events
 
-    def score(self, *texts: str | TokenPrompt, top: int | None = None) -> tuple[ScoreJob, list]:
-        request = ScoreRequest(texts=texts, top_logprobs=top)
+    def score(
+        self, *texts: str | TokenPrompt, top: int | None = None, adapters: AdapterSet = ()
+    ) -> tuple[ScoreJob, list]:
+        request = ScoreRequest(texts=texts, top_logprobs=top, adapters=adapters)
         events: list = []
         sink = Sink(InlineLoop(), events.append)
         return self.engine.submit_score(request, self.engine.prepare_score(request), sink), events

@@ -24,13 +24,14 @@ from edgeserve.engine.llama.projector import Projector
 from edgeserve.engine.llama.sampling import Sampler, grammar_sampler
 from edgeserve.engine.ports import DecodeLimits, MediaEmbeddings
 from edgeserve.engine.types import (
+    AdapterSet,
     ChatPrompt,
     EngineConfig,
     MediaKind,
     SamplingParams,
     TokenizerInfo,
 )
-from edgeserve.errors import InvalidMedia
+from edgeserve.errors import InvalidAdapter, InvalidMedia
 
 log = logging.getLogger("edgeserve.engine")
 
@@ -57,6 +58,11 @@ class LlamaBackend:
                 self.embedder = LoadedModel(config, limits, role="embedding")
             if config.draft_model_path:
                 self.draft_context = LlamaDraftContext(config, limits, self.model)
+            for adapter_id, (name, path) in enumerate(config.lora_adapters):
+                try:
+                    self.model.loras.load(adapter_id, path)
+                except InvalidAdapter as exc:
+                    raise InvalidAdapter(f"LoRA adapter {name}: {exc}") from None
             source = resolve_template(
                 config.chat_template, self.model.chat_template, self.model.architecture
             )
@@ -98,10 +104,25 @@ class LlamaBackend:
         self.batch = TokenBatch(model.n_ctx if model.is_classifier else config.n_batch)
         self._cells = CellLedger()
 
+    # ---- LoRA adapters ----------------------------------------------------------------------
+
+    def load_adapter(self, adapter_id: int, path: str) -> None:
+        """Load a LoRA GGUF as `adapter_id` (see Backend.load_adapter)."""
+        self.model.loras.load(adapter_id, path)
+
+    def free_adapter(self, adapter_id: int) -> None:
+        """Free an adapter's weights, after taking it out of every context."""
+        self.model.loras.free(adapter_id, self.model.contexts())
+
+    def use_adapters(self, adapters: AdapterSet) -> None:
+        """The adapter set the next decodes run under (see Backend.use_adapters)."""
+        self.model.adapters = adapters
+
     # ---- generation -------------------------------------------------------------------------
 
     def decode(self) -> int:
         """Decode the batch in the generation context (see Backend.decode)."""
+        self.model.apply_adapters(self.model.ctx)
         rc = self.batch.decode(self.model.ctx)
         if rc == 0:
             lc.llama_synchronize(self.model.ctx)
@@ -126,6 +147,7 @@ class LlamaBackend:
             for i in range(n):
                 batch.seq_id[i][0] = seq
             batch.n_tokens = n
+            self.model.apply_adapters(ctx)
             if non_causal:
                 lc.llama_set_causal_attn(ctx, False)
             try:
@@ -240,6 +262,7 @@ class LlamaBackend:
             lc.llama_memory_clear(memory, True)
         self.batch.clear()
         self.batch.add_span(tokens, start, 0, outputs)
+        self.model.apply_adapters(ctx)
         rc = self.batch.decode(ctx)
         if rc != 0:
             self.model.release_score_context()
@@ -254,6 +277,7 @@ class LlamaBackend:
             self._cells.clear()
         self.batch.clear()
         self.batch.add_span(tokens, 0, 0, range(len(tokens)))
+        model.apply_adapters(model.ctx)
         rc = self.batch.decode(model.ctx)
         if rc != 0:
             raise RuntimeError(f"llama_decode (classifier) failed with status {rc}")

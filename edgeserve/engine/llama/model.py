@@ -16,15 +16,14 @@ from edgeserve.engine.llama.embeddings import (
     HiddenStateReader,
     PooledEmbeddings,
 )
+from edgeserve.engine.llama.lora import LoraWeights
+from edgeserve.engine.llama.native_log import first_complaint, init_backend, native_complaints
 from edgeserve.engine.llama.vocab import Vocabulary
 from edgeserve.engine.ports import DecodeLimits, EmbedSpan
-from edgeserve.engine.types import EngineConfig
+from edgeserve.engine.types import AdapterSet, EngineConfig
 
 log = logging.getLogger("edgeserve.engine")
-_llama_log = logging.getLogger("edgeserve.llama")
 
-# ggml levels: 1 debug, 2 info (chatty load details, kept at debug here), 3 warn, 4 error, 5 cont.
-_LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
 # Tokens per llama.cpp micro-batch: bounds the compute buffer whatever the batch size.
 MAX_UBATCH = 512
 # State calls on the sliding-window caches only (llama.cpp's "partial" state of a sequence).
@@ -36,40 +35,9 @@ _OWN_POOLING = {
     str(lc.LLAMA_POOLING_TYPE_CLS),
     str(lc.LLAMA_POOLING_TYPE_LAST),
 }
-# While a model loads, llama.cpp's errors are collected here (not logged) so that a failed load
-# is reported as one line that includes llama.cpp's own first complaint.
-_load_errors: list[str] | None = None
 # What a model is loaded for: the served (chat) model, the dedicated --embedding-model, or the
 # --draft-model of speculative decoding.
 ModelRole = Literal["chat", "embedding", "draft"]
-
-
-@lc.llama_log_callback
-def _on_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
-    """Route llama.cpp's own log lines into the `edgeserve.llama` logger."""
-    py_level = _LEVELS.get(level, logging.DEBUG)
-    line = text.decode("utf-8", "replace").rstrip()
-    if _load_errors is not None and py_level >= logging.ERROR:
-        _load_errors.append(line)
-    elif _llama_log.isEnabledFor(py_level):
-        _llama_log.log(py_level, "%s", line)
-
-
-def native_log_callback() -> Any:
-    """The ctypes callback that routes llama.cpp's log lines into the `edgeserve.llama`
-    logger (libmtmd takes it too)."""
-    return _on_llama_log
-
-
-_backend_ready = False
-
-
-def _init_backend() -> None:
-    global _backend_ready
-    if not _backend_ready:
-        lc.llama_log_set(_on_llama_log, ctypes.c_void_p(0))
-        lc.llama_backend_init()
-        _backend_ready = True
 
 
 class ModelLoadError(RuntimeError):
@@ -92,7 +60,7 @@ class LoadedModel(Vocabulary):
     def __init__(
         self, config: EngineConfig, limits: DecodeLimits, *, role: ModelRole = "chat"
     ) -> None:
-        _init_backend()
+        init_backend()
         self.config = config
         self.limits = limits
         self.role = role
@@ -108,6 +76,10 @@ class LoadedModel(Vocabulary):
         model = _load_file(path, mparams)
         self.model = model
         self._stack.callback(lc.llama_model_free, model)
+        # LoRA adapters, and the set every context of this model decodes under (lora.py).
+        self.loras = LoraWeights(model)
+        self._stack.callback(self.loras.forget)
+        self.adapters: AdapterSet = ()
         super().__init__(lc.llama_model_get_vocab(model))
         self.metadata = _read_metadata(model)
         self.n_ctx_train = lc.llama_model_n_ctx_train(model)
@@ -188,6 +160,17 @@ class LoadedModel(Vocabulary):
                 f"x {config.parallel} sequences (out of memory?)"
             )
         return ctx, lc.llama_get_memory(ctx)
+
+    def apply_adapters(self, ctx: Any) -> None:
+        """Make `ctx` decode under `adapters` before a decode in it."""
+        self.loras.apply(ctx, self.adapters)
+
+    def contexts(self) -> list[Any]:
+        """The live contexts of this model (generation, scoring, embeddings)."""
+        extra = [self._score_ctx[0]] if self._score_ctx is not None else []
+        if self._embeddings is not None:
+            extra.append(self._embeddings.ctx)
+        return [ctx for ctx in (self.ctx, *extra) if ctx is not None]
 
     def recreate_context(self) -> None:
         """Free the generation context and make a new, empty one (after a failed decode)."""
@@ -362,7 +345,9 @@ class LoadedModel(Vocabulary):
         (float32) of each text a span ends, None for a span that does not end its text. The
         context is freed when a decode fails."""
         try:
-            return self.embeddings().embed(spans)
+            embeddings = self.embeddings()
+            self.apply_adapters(embeddings.ctx)
+            return embeddings.embed(spans)
         except RuntimeError:
             self.release_score_context()
             raise
@@ -405,15 +390,10 @@ def _model_params(config: EngineConfig) -> Any:
 def _load_file(path: str, mparams: Any) -> Any:
     """llama.cpp's model from a GGUF file; ModelLoadError with llama.cpp's own first
     complaint when it cannot load it."""
-    global _load_errors
-    _load_errors = []
-    try:
+    with native_complaints() as complaints:
         model = lc.llama_model_load_from_file(path.encode(), mparams)
-    finally:
-        complaints, _load_errors = _load_errors, None
     if not model:
-        reason = complaints[0].split(": ", 1)[-1] if complaints else "unknown error"
-        raise ModelLoadError(f"{path} is not a loadable GGUF ({reason})")
+        raise ModelLoadError(f"{path} is not a loadable GGUF ({first_complaint(complaints)})")
     return model
 
 

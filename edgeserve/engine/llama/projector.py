@@ -18,7 +18,7 @@ import llama_cpp as lc
 import numpy as np
 
 from edgeserve.engine.images import DecodedImage
-from edgeserve.engine.llama.model import native_log_callback
+from edgeserve.engine.llama.native_log import native_log_callback
 from edgeserve.engine.ports import MediaEmbeddings
 from edgeserve.engine.types import MediaKind
 from edgeserve.errors import InvalidMedia

@@ -1,0 +1,66 @@
+"""llama.cpp's log lines, routed into the `edgeserve.llama` logger or, while a file loads,
+collected so that a failed load is reported as one line with llama.cpp's own reason."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import llama_cpp as lc
+
+_llama_log = logging.getLogger("edgeserve.llama")
+
+# ggml levels: 1 debug, 2 info (chatty load details, kept at debug here), 3 warn, 4 error, 5 cont.
+_LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
+# While a model loads, llama.cpp's errors are collected here (not logged) so that a failed load
+# is reported as one line that includes llama.cpp's own first complaint.
+_load_errors: list[str] | None = None
+
+
+@lc.llama_log_callback
+def _on_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+    """Route llama.cpp's own log lines into the `edgeserve.llama` logger."""
+    py_level = _LEVELS.get(level, logging.DEBUG)
+    line = text.decode("utf-8", "replace").rstrip()
+    if _load_errors is not None and py_level >= logging.ERROR:
+        _load_errors.append(line)
+    elif _llama_log.isEnabledFor(py_level):
+        _llama_log.log(py_level, "%s", line)
+
+
+def native_log_callback() -> Any:
+    """The ctypes callback that routes llama.cpp's log lines into the `edgeserve.llama`
+    logger (libmtmd takes it too)."""
+    return _on_llama_log
+
+
+_backend_ready = False
+
+
+def init_backend() -> None:
+    """Route llama.cpp's log into logging and initialise its backends (once)."""
+    global _backend_ready
+    if not _backend_ready:
+        lc.llama_log_set(_on_llama_log, ctypes.c_void_p(0))
+        lc.llama_backend_init()
+        _backend_ready = True
+
+
+@contextlib.contextmanager
+def native_complaints() -> Iterator[list[str]]:
+    """Collect llama.cpp's error lines (instead of logging them) while the block loads a
+    file, so that a failure is reported as one line with llama.cpp's own reason."""
+    global _load_errors
+    _load_errors = complaints = []
+    try:
+        yield complaints
+    finally:
+        _load_errors = None
+
+
+def first_complaint(complaints: list[str]) -> str:
+    """llama.cpp's first error line without its function prefix ("unknown error" if none)."""
+    return complaints[0].split(": ", 1)[-1] if complaints else "unknown error"

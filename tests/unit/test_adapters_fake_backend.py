@@ -1,0 +1,169 @@
+"""LoRA adapters in the engine, on FakeBackend (scripted: see fake_backend.py): a step runs one
+adapter set, sets take turns, the prefix cache is keyed by set, load and unload run between
+steps and never pull an adapter from under a live request. The fake's logits depend on the set
+each KV cell was decoded under, so a step that mixed sets or a prefix reused across sets
+changes an answer."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from edgeserve.engine.adapters import AdapterCatalog, adapter_set
+from edgeserve.engine.jobs import JobState
+from edgeserve.engine.types import AdapterSet, Finished
+from edgeserve.errors import AdapterInUse, InvalidAdapter, UnknownAdapter
+from tests.unit.test_engine_fake_backend import Harness, answers
+
+A: AdapterSet = ((0, 1.0),)
+B: AdapterSet = ((1, 1.0),)
+AB: AdapterSet = ((0, 0.5), (1, 2.0))
+TWO = (("alpha", "alpha.gguf"), ("beta", "beta.gguf"))
+PROMPTS = ("the cat sat", "a dog ran far", "birds sing")
+
+
+def adapter_harness(**config) -> Harness:
+    return Harness(lora_adapters=TWO, **config)
+
+
+def solo(prompt: str, adapters: AdapterSet, **params) -> str:
+    """What a cold engine answers to `prompt` alone under `adapters`."""
+    h = adapter_harness()
+    _, events = h.submit(prompt, adapters=adapters, **params)
+    h.run_until_idle()
+    return answers(events)[0]
+
+
+def cached(events: list) -> int:
+    return next(e.cached_tokens for e in events if isinstance(e, Finished))
+
+
+def test_adapter_set_sorts_merges_and_drops_zero_scales():
+    assert adapter_set([(1, 2.0), (0, 0.5)]) == AB
+    assert adapter_set([(0, 1.0), (0, 0.0)]) == ()
+    assert adapter_set([(0, 0.0)]) == ()
+    assert adapter_set([(0, 1.0), (0, 3.0)]) == ((0, 3.0),)
+
+
+def test_each_set_answers_differently_and_a_step_runs_one_set():
+    base, a, b, ab = (solo("the cat sat", s) for s in ((), A, B, AB))
+    assert len({base, a, b, ab}) == 4
+
+
+@pytest.mark.parametrize("parallel", [3, 6])
+def test_sets_interleaved_under_load_answer_as_alone(parallel):
+    sets = [(), A, B]
+    expected = {(p, s): solo(p, s, max_tokens=12) for p in PROMPTS for s in sets}
+    h = adapter_harness(parallel=parallel, n_ctx=512)
+    runs = [(p, s, h.submit(p, adapters=s, max_tokens=12)[1]) for p in PROMPTS for s in sets]
+    h.run_until_idle()
+    for prompt, adapters, events in runs:
+        assert answers(events)[0] == expected[(prompt, adapters)], (prompt, adapters)
+    assert set(h.backend.steps_under) == set(sets)
+    h.assert_clean()
+
+
+def test_sets_take_turns_so_none_waits_more_than_a_step_of_each_other():
+    h = adapter_harness(parallel=6, n_ctx=1024)
+    sets = [(), A, B]
+    for adapters in sets:
+        for prompt in PROMPTS[:2]:
+            h.submit(prompt, adapters=adapters, max_tokens=20)
+    h.run_until_idle()
+    steps = h.backend.steps_under
+    for adapters in sets:
+        at = [i for i, s in enumerate(steps) if s == adapters]
+        assert max(b - a for a, b in itertools.pairwise(at)) <= len(sets), adapters
+    h.assert_clean()
+
+
+def test_a_prefix_cached_under_one_set_is_not_reused_under_another():
+    h = adapter_harness(parallel=1)
+    prompt = "the same long prompt for every set"
+    _, first = h.submit(prompt, adapters=A)
+    h.run_until_idle()
+    _, other = h.submit(prompt, adapters=B)
+    h.run_until_idle()
+    _, again = h.submit(prompt, adapters=B)
+    h.run_until_idle()
+    _, base = h.submit(prompt)
+    h.run_until_idle()
+    assert cached(first) == 0 and cached(other) == 0 and cached(base) == 0
+    assert cached(again) == len(prompt)  # BOS + one token per character, the last decoded again
+    assert answers(other) == answers(again) == [solo(prompt, B)]
+    assert answers(base) == [solo(prompt, ())]
+    h.assert_clean()
+
+
+def test_scores_under_an_adapter_differ_from_the_base_and_ignore_streams_beside():
+    alone = adapter_harness()
+    _, events = alone.score("the cat sat", adapters=A)
+    alone.run_until_idle()
+    under_a = events[0].scores
+    base_h = adapter_harness()
+    _, base_events = base_h.score("the cat sat")
+    base_h.run_until_idle()
+    assert base_events[0].scores != under_a
+    busy = adapter_harness()
+    busy.submit("a dog ran far", adapters=B, max_tokens=10)
+    _, busy_events = busy.score("the cat sat", adapters=A)
+    busy.run_until_idle()
+    assert busy_events[0].scores == under_a
+    busy.assert_clean()
+
+
+def test_unload_waits_for_no_one_it_refuses_while_in_use_then_succeeds():
+    h = adapter_harness()
+    _, events = h.submit("the cat sat", adapters=A, max_tokens=8)
+    h.step()
+    refused = h.engine.unload_adapter("alpha")
+    h.step()
+    with pytest.raises(AdapterInUse):
+        refused.result(0)
+    h.run_until_idle()
+    assert answers(events) == [solo("the cat sat", A, max_tokens=8)]
+    done = h.engine.unload_adapter("alpha")
+    h.step()
+    assert done.result(0).id == 0
+    assert h.engine.adapters.named("alpha") is None and 0 not in h.backend.loaded_adapters
+    h.assert_clean()
+
+
+def test_a_request_under_an_adapter_unloaded_after_its_checks_gets_unknown_adapter():
+    h = adapter_harness()
+    unloaded = h.engine.unload_adapter("beta")
+    h.step()
+    assert unloaded.result(0).name == "beta"
+    late, events = h.submit("the cat sat", adapters=B)  # checked before the unload ran
+    h.run_until_idle()
+    assert late.state is JobState.CANCELLED
+    assert len(events) == 1 and isinstance(events[0], UnknownAdapter)
+    h.assert_clean()
+
+
+def test_load_at_run_time_gets_a_new_id_and_refuses_bad_files_and_taken_names():
+    h = adapter_harness()
+    loaded = h.engine.load_adapter("gamma", "gamma.gguf")
+    bad = h.engine.load_adapter("delta", "bad.gguf")
+    taken = h.engine.load_adapter("alpha", "other.gguf")
+    h.step()
+    assert loaded.result(0).id == 2
+    with pytest.raises(InvalidAdapter):
+        bad.result(0)
+    with pytest.raises(InvalidAdapter):
+        taken.result(0)
+    assert [a.name for a in h.engine.adapters.listed()] == ["alpha", "beta", "gamma"]
+    _, events = h.submit("the cat sat", adapters=((2, 1.0),))
+    h.run_until_idle()
+    assert answers(events) != [solo("the cat sat", ())]
+    h.assert_clean()
+
+
+def test_ids_are_never_reused_after_an_unload():
+    catalog = AdapterCatalog()
+    first = catalog.add("one", "one.gguf")
+    catalog.remove("one")
+    again = catalog.add("one", "one.gguf")
+    assert (first.id, again.id) == (0, 1)
+    assert catalog.with_id(0) is None and catalog.with_id(1) == again
