@@ -96,6 +96,24 @@ class Settings:
         path=True,
         shown="unset: text only",
     )
+    lora: tuple[tuple[str, str], ...] = _setting(
+        (),
+        values.lora_adapters,
+        "LoRA adapter of the model (GGUF, e.g. from llama.cpp's convert_lora_to_gguf.py) that "
+        "requests choose by `model`: NAME; repeat the flag for several",
+        "NAME=PATH",
+        kind="repeat",
+        path=True,
+        shown="none",
+    )
+    allow_runtime_lora: bool = _setting(
+        False,
+        values.boolean,
+        "allow POST /v1/load_lora_adapter and /v1/unload_lora_adapter (behind the API key "
+        "when one is set)",
+        "BOOL",
+        kind="switch",
+    )
     host: str = _setting(DEFAULT_HOST, values.text, "bind address", "HOST", env=("API_HOST",))
     port: int = _setting(8000, values.integer(1, 65535), "TCP port", "PORT", env=("API_PORT",))
     ssl_certfile: str | None = _setting(
@@ -383,4 +401,5 @@ class Settings:
             mmproj_path=self.mmproj,
             max_media_pixels=self.max_media_pixels,
             max_media_tokens=self.max_media_tokens,
+            lora_adapters=self.lora,
         )

@@ -157,7 +157,11 @@ def _lookup(
         shown = "the value" if opt.secret else repr(raw)  # keep keys out of logs
         raise ConfigError(f"invalid {where}: {shown} {exc}") from None
     # Relative paths are relative to the working directory, or to the config file that named them.
-    return str(base / Path(value).expanduser()) if opt.path else value
+    if not opt.path:
+        return value
+    if isinstance(value, tuple):  # (name, path) pairs
+        return tuple((name, str(base / Path(path).expanduser())) for name, path in value)
+    return str(base / Path(value).expanduser())
 
 
 def read_api_key_file(path: Path) -> tuple[str, ...]:

@@ -122,6 +122,29 @@ def _strings(raw: object, *, split: bool) -> tuple[str, ...]:
     return tuple(item.strip() for item in items if item.strip())
 
 
+def lora_adapters(raw: object) -> tuple[tuple[str, str], ...]:
+    """LoRA adapters as NAME=PATH entries (repeated flags, a comma-separated environment
+    value, a TOML list) or a TOML table of name = path; names unique, without spaces."""
+    if isinstance(raw, dict):
+        entries = [(str(name), path) for name, path in raw.items()]
+        if not all(isinstance(path, str) for _, path in entries):
+            raise ValueError("maps a name to something that is not a path")
+    else:
+        entries = []
+        for item in _strings(raw, split=True):
+            name, sep, path = item.partition("=")
+            if not sep:
+                raise ValueError(f"has {item!r}, which is not NAME=PATH")
+            entries.append((name.strip(), path.strip()))
+    names = [name for name, _ in entries]
+    for name, path in entries:
+        if not name or any(c.isspace() for c in name) or not path:
+            raise ValueError(f"has {name!r}={path!r}: a name without spaces and a path are needed")
+        if names.count(name) > 1:
+            raise ValueError(f"names the adapter {name!r} twice")
+    return tuple(entries)
+
+
 def api_keys(raw: object) -> tuple[str, ...]:
     """One key (a flag or environment value) or a TOML list of keys; at least one."""
     keys = _strings(raw, split=False)

@@ -7,6 +7,7 @@ import functools
 from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 
+from edgeserve.engine.adapters import Adapter, AdapterCatalog
 from edgeserve.engine.jobs import AnyJob, Job, Prompt, Sink
 from edgeserve.engine.scoring import TextState
 from edgeserve.engine.types import (
@@ -128,6 +129,24 @@ class EngineClient:
         if isinstance(event, EngineError):
             raise event
         return event
+
+    @property
+    def adapters(self) -> AdapterCatalog:
+        """The LoRA adapters loaded over the model (any thread reads them)."""
+        return self.engine.adapters
+
+    @property
+    def dedicated_embeddings(self) -> bool:
+        """True when a separate --embedding-model answers embeddings."""
+        return self.engine.config.embedding_model_path is not None
+
+    async def load_adapter(self, name: str, path: str) -> Adapter:
+        """Load a LoRA adapter between engine steps (InvalidAdapter when it does not fit)."""
+        return await asyncio.wrap_future(self.engine.load_adapter(name, path))
+
+    async def unload_adapter(self, name: str) -> Adapter:
+        """Unload an adapter between engine steps (UnknownAdapter, AdapterInUse)."""
+        return await asyncio.wrap_future(self.engine.unload_adapter(name))
 
     @property
     def embedding_size(self) -> int:

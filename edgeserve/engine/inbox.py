@@ -3,8 +3,8 @@ queue's limit.
 
 `put`, `cancel` and `call` (any thread) only append under one lock; the engine thread takes
 them at the start of each step (`take`, `take_calls`). With nothing to do it waits on that
-lock's condition (`wait_for`): it never spins. Requests on the prepare threads, in the inbox and in the
-scheduler's waiting queue all hold a place in the queue of `max_queue`.
+lock's condition (`wait_for`): it never spins. Requests on the prepare threads, in the inbox
+and in the scheduler's waiting queue all hold a place in the queue of `max_queue`.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from aiohttp.typedefs import Handler
 from edgeserve.api.anthropic_messages import routes as anthropic_messages
 from edgeserve.api.common.call import Route
 from edgeserve.api.embeddings import routes as embeddings
+from edgeserve.api.lora_adapters import routes as lora_adapters
 from edgeserve.api.models import routes as models
 from edgeserve.api.openai_chat import routes as openai_chat
 from edgeserve.api.openai_completions import routes as openai_completions
@@ -48,6 +49,7 @@ API_ROUTES: tuple[Route, ...] = (
     *score.ROUTES,
     *embeddings.ROUTES,
     *tokenize.ROUTES,
+    *lora_adapters.ROUTES,
 )
 """The APIs whose errors have the reference's shape."""
 

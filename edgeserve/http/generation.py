@@ -2,7 +2,8 @@
 Anthropic Messages): checks, admission, then the whole answer or a stream, with the API's
 renderer as the only API-specific part.
 
-1. Parse and translate (every 4xx before a byte is sent; large bodies off the event loop).
+1. Parse and translate (every 4xx before a byte is sent; large bodies off the event loop),
+   then read the LoRA adapters the request runs under (api/common/adapters.py).
 2. Submit every prompt; wait until each is tokenized and queued. --request-timeout-s counts
    from here, queue wait included: before the response starts its expiry is a 504 JSON error.
 3. Collect (one JSON body) or stream (SSE): each engine event goes through `Choices`, which
@@ -63,7 +64,9 @@ def generation_handler(api: GenerationApi[Any, Any]) -> Handler:
         req = await call.off_loop(api.parse, call.body, call.limits)
         check_can_generate(call.engine.can_generate)
         work: GenerationWork = await call.checks(api.translate(req, call.limits))
-        return await _generate(request, call, api, req, work)
+        adapters = call.adapters()
+        requests = tuple(replace(g, adapters=adapters) for g in work.requests)
+        return await _generate(request, call, api, req, replace(work, requests=requests))
 
     return handle
 

@@ -45,6 +45,7 @@ async def call_for(request: web.Request, *, with_body: bool) -> Call:
         timeout_s=settings.request_timeout_s,
         record=request[RECORD],
         large=large,
+        allow_runtime_lora=settings.allow_runtime_lora,
     )
 
 

@@ -19,6 +19,7 @@ from aiohttp import web
 
 from edgeserve.api.reference.fetcher import FetchError
 from edgeserve.config import Settings
+from edgeserve.engine.adapters import AdapterCatalog
 from edgeserve.engine.types import (
     MEDIA_MARKER,
     ChatPrompt,
@@ -74,6 +75,7 @@ class StubEngine:
     prompts: list[Any] = field(default_factory=list)
     can_generate: bool = True
     loaded: bool = True
+    adapters: AdapterCatalog = field(default_factory=AdapterCatalog)
 
     def stats(self) -> EngineStats:
         return EngineStats(

@@ -14,9 +14,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from edgeserve.api.common.adapters import chosen_adapters
 from edgeserve.api.reference.engine_errors import engine_error, request_timeout
 from edgeserve.api.reference.limits import Limits
 from edgeserve.engine.client import EngineClient
+from edgeserve.engine.types import AdapterSet
 from edgeserve.errors import EngineError
 
 if TYPE_CHECKING:
@@ -70,6 +72,12 @@ class Call:
     timeout_s: float
     record: RequestRecord
     large: bool = False
+    allow_runtime_lora: bool = False  # --allow-runtime-lora: the adapter endpoints answer
+
+    def adapters(self) -> AdapterSet:
+        """The LoRA adapters the body asks the model to run under (see adapters.py; 400 or
+        404 when it names them wrongly); call it after the API's own checks."""
+        return chosen_adapters(self.body, self.engine.adapters)
 
     async def off_loop(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)`, on a worker thread when the body is large, else right here."""

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from edgeserve.api.common.call import Call, Route
 from edgeserve.api.embeddings.render import embeddings_body
 from edgeserve.api.embeddings.translate import (
@@ -10,7 +12,9 @@ from edgeserve.api.embeddings.translate import (
     parse_embedding_request,
     prepare_embeddings,
 )
+from edgeserve.api.reference.detail import Detail
 from edgeserve.api.reference.engine_errors import engine_error
+from edgeserve.api.reference.limits import bad
 from edgeserve.errors import EngineError
 
 
@@ -22,6 +26,10 @@ async def embeddings(call: Call) -> bytes:
     except EngineError as exc:
         raise engine_error(exc) from exc
     work, names = await call.off_loop(prepare_embeddings, req, call.limits, size)
+    adapters = call.adapters()
+    if adapters and call.engine.dedicated_embeddings:
+        raise bad(Detail.ADAPTERS_NOT_EMBEDDED)
+    work = replace(work, adapters=adapters)
     async with call.engine_work():  # a cancelled embed() aborts the work
         try:
             result = await call.engine.embed(work)

@@ -11,26 +11,31 @@ from edgeserve.api.common.wire import ProtocolModel
 
 
 class ModelCard(ProtocolModel):
-    """The one served model. `input_modalities` (an extension after the reference's fields)
-    says what a model with a projector (--mmproj) reads: "text", "image", "audio"; a text-only
-    model's card leaves it out, so its body is the reference's byte for byte."""
+    """The served model, or a LoRA adapter over it. Extensions after the reference's fields,
+    each left out when absent, so a text-only model without adapters answers the reference's
+    body byte for byte: `input_modalities` says what a model with a projector (--mmproj)
+    reads ("text", "image", "audio"); an adapter's card has the base model as its `parent`
+    (vLLM's field) and its `lora_id` (the id llama-server's `lora` field names)."""
 
     id: str
     object: Literal["model"] = "model"
     created: int = Field(default_factory=lambda: int(time.time()))
     owned_by: Literal["owner"] = "owner"
     input_modalities: list[str] | None = None
+    parent: str | None = None
+    lora_id: int | None = None
 
     @model_serializer(mode="wrap")
-    def _omit_absent_modalities(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _omit_absent_extensions(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data = handler(self)
-        if self.input_modalities is None:
-            data.pop("input_modalities", None)
+        for name in ("input_modalities", "parent", "lora_id"):
+            if getattr(self, name) is None:
+                data.pop(name, None)
         return data
 
 
 class ModelList(ProtocolModel):
-    """The model list (always exactly one card)."""
+    """The model list: the served model's card, then one per LoRA adapter."""
 
     object: Literal["list"] = "list"
     data: list[ModelCard] = Field(default_factory=list)

@@ -270,6 +270,28 @@ class Detail:
         '"text.format" has type "json_schema" but no "schema" object; put the JSON schema of '
         'the answer there, or use {"type": "json_object"} for any JSON object.'
     )
+    LORA_FIELD = (
+        'lora must be a list of {"id": <adapter id>, "scale": <number>} objects; '
+        "GET /v1/models lists the adapters and their ids."
+    )
+    ADAPTER_ID_UNKNOWN = (
+        "lora[{index}] names adapter id {id}, which is not loaded; GET /v1/models lists the "
+        "adapters and their ids."
+    )
+    ADAPTER_UNKNOWN = "The LoRA adapter {name} is not loaded; GET /v1/models lists the adapters."
+    ADAPTER_IN_USE = (
+        "The LoRA adapter {name} is in use by {requests} running request(s); "
+        "unload it once they have finished."
+    )
+    ADAPTERS_NOT_EMBEDDED = (
+        "LoRA adapters apply to the served model, not to the --embedding-model that answers "
+        "embeddings here; leave the adapter out."
+    )
+    LORA_NAME = "lora_name must have no spaces: requests choose the adapter by it in `model`."
+    RUNTIME_LORA_OFF = (
+        "Loading and unloading LoRA adapters at run time is off; start the server with "
+        "--allow-runtime-lora."
+    )
     ENGINE_FAILED = "Internal Server Error"
     ENGINE_RESTARTED = (
         "The server's engine restarted after an internal error while running this request; "

@@ -9,7 +9,8 @@ from edgeserve.api.reference.limits import bad
 
 
 def engine_error(exc: errors.EngineError) -> errors.ApiError:
-    """The client-visible error for an engine exception (503 busy/stopping, 400 too long/large).
+    """The client-visible error for an engine exception (503 busy/stopping, 400 too long/large,
+    404 an adapter not loaded, 409 an adapter in use).
 
     An EngineError of no known kind is the server's own fault: 500.
     """
@@ -33,6 +34,13 @@ def engine_error(exc: errors.EngineError) -> errors.ApiError:
             return bad(str(exc))
         case errors.RequestTooLarge():
             return bad(Detail.REQUEST_TOO_LARGE.format(what=exc.what, got=exc.got, limit=exc.limit))
+        case errors.UnknownAdapter():
+            return errors.ApiError(404, Detail.ADAPTER_UNKNOWN.format(name=exc.name))
+        case errors.AdapterInUse():
+            detail = Detail.ADAPTER_IN_USE.format(name=exc.name, requests=exc.requests)
+            return errors.ApiError(409, detail)
+        case errors.InvalidAdapter():
+            return bad(str(exc))
     return errors.ApiError(500, Detail.ENGINE_FAILED)
 
 

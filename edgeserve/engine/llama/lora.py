@@ -9,6 +9,7 @@ once no context holds it, or else with the model.
 from __future__ import annotations
 
 import ctypes
+import os
 from typing import Any
 
 import llama_cpp as lc
@@ -31,6 +32,8 @@ class LoraWeights:
     def load(self, adapter_id: int, path: str) -> None:
         """Load a LoRA GGUF as `adapter_id` (InvalidAdapter with llama.cpp's reason when it
         is not a LoRA adapter of this model)."""
+        if not os.path.isfile(path):
+            raise InvalidAdapter(f"{path} is not a file")
         with native_complaints() as complaints:
             handle = lc.llama_adapter_lora_init(self._model, path.encode())
         if not handle:
