@@ -65,6 +65,8 @@ def test_defaults(model):
         embedding_model=None,
         draft_model=None,
         mmproj=None,
+        lora=(),
+        allow_runtime_lora=False,
         host="127.0.0.1",
         port=8000,
         ssl_certfile=None,
@@ -769,3 +771,42 @@ def test_one_table_names_every_setting():
 
 def test_physical_cores():
     assert physical_cores() >= 1
+
+
+def test_lora_adapters_from_flags_env_and_file_with_relative_paths(tmp_path, model):
+    argv = ["--model", str(model)]
+    flags = load_settings([*argv, "--lora", "a=a.gguf", "--lora", "b=/abs/b.gguf"], {})
+    assert flags.lora == (("a", str(Path.cwd() / "a.gguf")), ("b", "/abs/b.gguf"))
+    assert flags.engine_config().lora_adapters == flags.lora
+    env = load_settings(argv, {"EDGESERVE_LORA": "a=/x/a.gguf, b=/x/b.gguf"})
+    assert env.lora == (("a", "/x/a.gguf"), ("b", "/x/b.gguf"))
+    table = write(tmp_path / "edgeserve.toml", '[lora]\nsupport = "adapters/support.gguf"\n')
+    from_file = load_settings([*argv, "--config", str(table)], {})
+    assert from_file.lora == (("support", str(tmp_path / "adapters" / "support.gguf")),)
+    listed = write(tmp_path / "list.toml", 'lora = ["a=/a.gguf"]\n')
+    assert load_settings([*argv, "--config", str(listed)], {}).lora == (("a", "/a.gguf"),)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--lora", "a.gguf"], "invalid --lora: ['a.gguf'] has 'a.gguf', which is not NAME=PATH"),
+        (
+            ["--lora", "a=1.gguf", "--lora", "a=2.gguf"],
+            "invalid --lora: ['a=1.gguf', 'a=2.gguf'] names the adapter 'a' twice",
+        ),
+        (
+            ["--lora", "my adapter=a.gguf"],
+            "invalid --lora: ['my adapter=a.gguf'] has 'my adapter'='a.gguf': a name without "
+            "spaces and a path are needed",
+        ),
+        (
+            ["--lora", "a="],
+            "invalid --lora: ['a='] has 'a'='': a name without spaces and a path are needed",
+        ),
+    ],
+)
+def test_bad_lora_adapters(model, argv, message):
+    with pytest.raises(ConfigError) as caught:
+        load_settings(["--model", str(model), *argv], {})
+    assert str(caught.value) == message
