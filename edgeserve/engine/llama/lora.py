@@ -37,7 +37,7 @@ class LoraWeights:
         with native_complaints() as complaints:
             handle = lc.llama_adapter_lora_init(self._model, path.encode())
         if not handle:
-            reason = first_complaint(complaints)
+            reason = first_complaint(complaints).removeprefix("failed to apply lora adapter: ")
             raise InvalidAdapter(f"{path} is not a LoRA adapter of this model ({reason})")
         self._handles[adapter_id] = handle
 
