@@ -12,9 +12,11 @@ import pytest
 
 from edgeserve.engine.adapters import AdapterCatalog, adapter_set
 from edgeserve.engine.jobs import JobState
-from edgeserve.engine.types import AdapterSet, Finished
+from edgeserve.engine.speculation import NgramIndex
+from edgeserve.engine.types import AdapterSet, Finished, TextDelta
 from edgeserve.errors import AdapterInUse, InvalidAdapter, UnknownAdapter
-from tests.unit.test_engine_fake_backend import Harness, answers
+from tests.unit.test_engine_fake_backend import Harness, answers, finishes
+from tests.unit.test_speculation_fake_backend import oracle
 
 A: AdapterSet = ((0, 1.0),)
 B: AdapterSet = ((1, 1.0),)
@@ -167,3 +169,38 @@ def test_ids_are_never_reused_after_an_unload():
     again = catalog.add("one", "one.gguf")
     assert (first.id, again.id) == (0, 1)
     assert catalog.with_id(0) is None and catalog.with_id(1) == again
+
+
+def test_speculation_n_and_cancels_under_adapters_keep_every_answer(monkeypatch):
+    monkeypatch.setattr(NgramIndex, "continuation", oracle(2))
+    prompt = "abcabcabcabcabc"
+    h = adapter_harness(draft_max=8, parallel=6, n_ctx=512)
+    _, greedy_a = h.submit(prompt, adapters=A, max_tokens=30)
+    doomed, _ = h.submit("xyz " + prompt, adapters=B, max_tokens=30)
+    _, sampled_b = h.submit("abcd", adapters=B, max_tokens=12, n=2, temperature=1.0, seed=1)
+    _, base = h.submit(prompt, max_tokens=30)
+    h.step(5)
+    h.engine.cancel(doomed)
+    h.run_until_idle()
+    h.assert_clean()
+    assert h.engine.stats().draft_accepted_tokens > 0
+    assert answers(greedy_a) == [solo(prompt, A, max_tokens=30)]
+    assert answers(base) == [solo(prompt, (), max_tokens=30)]
+    plain = adapter_harness()
+    _, alone = plain.submit("abcd", adapters=B, max_tokens=12, n=2, temperature=1.0, seed=1)
+    plain.run_until_idle()
+    assert answers(sampled_b, 2) == answers(alone, 2)
+
+
+def test_a_full_kv_cache_under_adapters_ends_the_longest_choice_and_keeps_the_rest():
+    h = adapter_harness(n_ctx=128, parallel=4, n_batch=16)
+    _, long_a = h.submit("xxx", adapters=A, max_tokens=300, temperature=1.0, seed=1)
+    _, short_b = h.submit("yyy", adapters=B, max_tokens=8)
+    h.step(40)
+    _, late_base = h.submit("z" * 40, max_tokens=4)
+    h.run_until_idle()
+    assert finishes(long_a) == {0: "length"}
+    assert sum(isinstance(e, TextDelta) for e in long_a) < 128  # cut short: 128 cells in all
+    assert answers(short_b) == [solo("yyy", B, max_tokens=8)]
+    assert answers(late_base) == [solo("z" * 40, (), max_tokens=4)]
+    h.assert_clean()
