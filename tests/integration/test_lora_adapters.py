@@ -110,7 +110,7 @@ async def tokens_of(client, text: str) -> list[int]:
 async def reference_text(client, model_path, adapters, prompt: str | list[int], n: int = 10) -> str:
     """llama.cpp's greedy answer with `adapters` ((path, scale) pairs), cut at its end token."""
     tokens = prompt if isinstance(prompt, list) else await tokens_of(client, prompt)
-    out = lora_reference.greedy_tokens(model_path, adapters, tokens, n)
+    out = lora_reference.greedy(model_path, adapters, tokens, n)[0]
     out = out[: next((i for i, t in enumerate(out) if t in END_TOKENS), len(out))]
     resp = await client.post("/detokenize", json={"tokens": out})
     return (await resp.json())["prompt"]

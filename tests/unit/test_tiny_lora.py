@@ -16,7 +16,7 @@ import pytest
 from tests.fixtures.lora_reference import (
     adapter_refusal,
     free_models,
-    greedy_tokens,
+    greedy,
     log_softmax_scores,
     tokenize,
 )
@@ -49,26 +49,26 @@ def prompt(base: Path) -> list[int]:
 
 @pytest.fixture(scope="module")
 def base_answer(base: Path, prompt: list[int]) -> list[int]:
-    return greedy_tokens(base, [], prompt, N)
+    return greedy(base, [], prompt, N)[0]
 
 
 def test_scale_zero_is_the_base(base, loras, prompt, base_answer):
-    assert greedy_tokens(base, [(loras[1], 0.0)], prompt, N) == base_answer
+    assert greedy(base, [(loras[1], 0.0)], prompt, N)[0] == base_answer
     assert log_softmax_scores(base, [(loras[1], 0.0)], prompt) == log_softmax_scores(
         base, [], prompt
     )
 
 
 def test_scale_one_changes_the_answer(base, loras, prompt, base_answer):
-    answer = greedy_tokens(base, [(loras[1], 1.0)], prompt, N)
+    answer = greedy(base, [(loras[1], 1.0)], prompt, N)[0]
     assert answer != base_answer
     scores = log_softmax_scores(base, [(loras[1], 1.0)], prompt + answer)
     assert all(math.isfinite(score) and score <= 0 for score in scores)
 
 
 def test_seeds_give_different_answers(base, loras, prompt):
-    first = greedy_tokens(base, [(loras[1], 1.0)], prompt, N)
-    assert greedy_tokens(base, [(loras[2], 1.0)], prompt, N) != first
+    first = greedy(base, [(loras[1], 1.0)], prompt, N)[0]
+    assert greedy(base, [(loras[2], 1.0)], prompt, N)[0] != first
 
 
 def test_same_seed_same_bytes(base, loras, tmp_path):
