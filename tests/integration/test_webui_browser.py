@@ -1,18 +1,25 @@
 """The chat page at `/` in headless Chromium, against the real server and the default model:
 a clean load, a streamed answer with its figures and copy button, the conversation kept and
-cleared, Stop, markup that stays text, a refused request, the API key, an attached image, and
-the page's pure helpers. The run saves screenshots of a finished exchange, at laptop and phone
-width, in build/screenshots/."""
+cleared, Stop, markup that stays text, a refused request, the API key, an attached image, the
+adapter chooser (LoRA adapters the tests write), and the page's pure helpers. The run saves
+screenshots of a finished exchange, at laptop and phone width, and of the chooser in
+build/screenshots/."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 
+from edgeserve.config import physical_cores
+from edgeserve.engine.types import EngineConfig
+from edgeserve.engine.worker import Engine
+from tests.fixtures.tiny_lora import write_lora
 from tests.integration.engine_idle import assert_engine_idle, assert_left_work_stops
 from tests.integration.vision import image_bytes
 from tests.integration.webui_browser import (
@@ -30,6 +37,16 @@ __all__ = ["browser", "serve", "watched"]
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.needs_model]
 
 PAYLOAD = "<img src=x onerror=alert(1)><script>alert(2)</script>"
+BASE = "gemma-test"
+ADAPTERS = ("support", "sql")
+CHOICE_ITEM = "edgeserve.model"
+
+# The chooser's entries: [group label, text, value].
+CHOICES = "el => [...el.options].map((o) => [o.parentElement.label, o.textContent, o.value])"
+# What the page keeps in localStorage.
+STORED = "() => ({...localStorage})"
+# The page's health poll, now (it lists the models again): as when the tab comes back.
+POLL = "() => document.dispatchEvent(new Event('visibilitychange'))"
 
 # Records the length of the newest answer's text at each change the page makes to it.
 RECORD_GROWTH = """() => {
@@ -50,6 +67,41 @@ LAST_ANSWER_IN_VIEW = """() => {
 }"""
 
 
+@pytest.fixture(scope="module")
+def adapter_files(tmp_path_factory, model_path) -> dict[str, Path]:
+    """Two tiny adapters for the default model (tests/fixtures/tiny_lora.py), and a third that
+    is loaded and unloaded at run time."""
+    folder = tmp_path_factory.mktemp("webui-lora")
+    names = (*ADAPTERS, "retired")
+    return {
+        name: write_lora(folder / f"{name}.gguf", model_path, seed=seed)
+        for seed, name in enumerate(names, 1)
+    }
+
+
+@pytest.fixture(scope="module")
+def lora_engine(model_path, adapter_files) -> Iterator[Engine]:
+    """The default model with `support` and `sql` (as `--lora support=… --lora sql=…`)."""
+    engine = Engine(
+        EngineConfig(
+            model_path=str(model_path),
+            n_ctx=2048,
+            parallel=2,
+            n_threads=physical_cores(),
+            lora_adapters=tuple((name, str(adapter_files[name])) for name in ADAPTERS),
+        )
+    )
+    engine.start()
+    assert engine.wait_loaded(120), engine.load_error
+    yield engine
+    engine.close()
+
+
+async def serve_adapters(serve, lora_engine, adapter_files) -> str:
+    lora = tuple((name, str(adapter_files[name])) for name in ADAPTERS)
+    return await serve(engine_=lora_engine, lora=lora, allow_runtime_lora=True)
+
+
 def settings_drawer(shown: bool) -> str:
     """A page function: true once the settings drawer has slid fully in or out of view."""
     where = "right <= innerWidth + 0.5" if shown else "left >= innerWidth"
@@ -67,6 +119,9 @@ async def test_page_loads_clean_from_its_own_origin(serve, watched: Watched):
     assert await page.inner_text("#info-ctx") == "2,048 tokens"
     assert await page.inner_text("#info-input") == "text"
     assert await page.is_hidden("#attach")  # no --mmproj: no images to attach
+    assert await page.is_hidden("#model-choice")  # no adapters: no chooser, the name alone
+    assert await page.is_visible("#model-name")
+    assert await page.inner_text("#info-adapters") == "none"
     assert await page.is_hidden("#key-dialog")
     assert not watched.errors
     origin = url.rstrip("/")
@@ -96,6 +151,8 @@ async def test_an_answer_streams_in_with_its_figures(serve, watched: Watched):
     body = watched.chat_body()
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert (body["max_tokens"], body["seed"], body["temperature"]) == (32, 7, 0.7)
+    assert body["model"] == BASE
+    assert await answer.locator(".who").inner_text() == BASE
     assert body["messages"] == [
         {"role": "system", "content": "You are a friendly assistant."},
         {"role": "user", "content": "Write a short poem about a small server."},
@@ -248,6 +305,112 @@ async def test_an_image_is_attached_when_the_model_takes_images(
     ]
     assert await page.get_attribute(".msg.user .images img", "src") == data_url
     assert await page.is_hidden("#attachments")
+    assert not watched.errors
+
+
+async def test_the_adapter_chooser_picks_who_answers_and_is_kept(
+    serve, watched: Watched, lora_engine, adapter_files
+):
+    page = watched.page
+    url = await serve_adapters(serve, lora_engine, adapter_files)
+    await watched.open(url)
+    chooser = page.locator("#model-choice")
+    await chooser.wait_for()
+    assert await page.is_hidden("#model-name")
+    assert await chooser.evaluate(CHOICES) == [
+        ["Base model", BASE, BASE],
+        ["LoRA adapters", "support", "support"],
+        ["LoRA adapters", "sql", "sql"],
+    ]
+    assert await chooser.input_value() == BASE
+    assert await page.inner_text("#info-adapters") == "support, sql"
+    assert await page.evaluate(STORED) == {}
+
+    await chooser.select_option("support")
+    await watched.ask("Hello.", max_tokens=4)
+    first = await watched.answered(1)
+    assert watched.chat_body()["model"] == "support"
+    assert await first.locator(".who").inner_text() == "support"
+    await chooser.select_option("sql")
+    await watched.ask("And you?", max_tokens=4)
+    second = await watched.answered(2)
+    assert watched.chat_body()["model"] == "sql"
+    assert await second.locator(".who").inner_text() == "sql"
+    assert await first.locator(".who").inner_text() == "support"  # each keeps its writer
+    assert await page.evaluate(STORED) == {CHOICE_ITEM: "sql"}
+
+    await watched.open(url)  # a reload keeps the choice
+    assert await chooser.input_value() == "sql"
+    await watched.ask("Hi again.", max_tokens=4)
+    again = await watched.answered(1)
+    assert watched.chat_body()["model"] == "sql"
+    assert await again.locator(".who").inner_text() == "sql"
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    await page.screenshot(path=SCREENSHOTS / "webui-laptop-adapters.png")
+    await page.emulate_media(color_scheme="dark")
+    await page.set_viewport_size(PHONE)
+    await page.wait_for_function(settings_drawer(False))  # slid out of view
+    await page.screenshot(path=SCREENSHOTS / "webui-phone-dark-adapters.png")
+
+    await chooser.select_option(BASE)
+    await watched.ask("Bye.", max_tokens=4)
+    last = await watched.answered(2)
+    assert watched.chat_body()["model"] == BASE
+    assert await last.locator(".who").inner_text() == BASE
+    assert await page.evaluate(STORED) == {}  # nothing kept for the base
+    assert not watched.errors
+
+
+async def test_an_adapter_no_longer_listed_falls_back_to_the_base(
+    serve, watched: Watched, lora_engine, adapter_files
+):
+    """An adapter loaded at run time shows up at the page's next poll; once unloaded, a
+    reload (and the next poll, without one) goes back to the base model."""
+    page = watched.page
+    url = await serve_adapters(serve, lora_engine, adapter_files)
+    chooser = page.locator("#model-choice")
+    retired = {"lora_name": "retired", "lora_path": str(adapter_files["retired"])}
+
+    async with aiohttp.ClientSession(url) as http:
+
+        async def lora(action: str, body: dict[str, str]) -> None:
+            async with http.post(f"/v1/{action}_lora_adapter", json=body) as resp:
+                assert resp.status == 200, await resp.text()
+
+        async def listed(name: str) -> None:
+            await page.evaluate(POLL)
+            await chooser.locator(f'option[value="{name}"]').wait_for(state="attached")
+
+        await watched.open(url)
+        try:
+            await lora("load", retired)
+            await listed("retired")
+            await chooser.select_option("retired")
+            await watched.ask("Hello.", max_tokens=2)
+            await watched.answered(1)
+            assert watched.chat_body()["model"] == "retired"
+            assert await page.evaluate(STORED) == {CHOICE_ITEM: "retired"}
+        finally:
+            await lora("unload", {"lora_name": "retired"})
+
+        await watched.open(url)  # reloaded: the kept adapter is gone
+        assert await chooser.input_value() == BASE
+        assert [value for _, _, value in await chooser.evaluate(CHOICES)] == [BASE, *ADAPTERS]
+        assert await page.evaluate(STORED) == {}
+
+        await lora("load", retired)
+        await listed("retired")
+        await chooser.select_option("retired")
+        await lora("unload", {"lora_name": "retired"})
+        await page.evaluate(POLL)  # no reload: the next poll
+        await page.wait_for_function(
+            f"() => document.getElementById('model-choice').value === '{BASE}'"
+        )
+        await watched.ask("Hello.", max_tokens=2)
+        answer = await watched.answered(1)
+        assert watched.chat_body()["model"] == BASE
+        assert await answer.locator(".who").inner_text() == BASE
+        assert await page.evaluate(STORED) == {}
     assert not watched.errors
 
 

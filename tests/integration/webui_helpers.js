@@ -34,5 +34,11 @@ async () => {
        slots: '2 of 4 busy', queue: '1 waiting', kv: '300 of 4096 cells',
        gpu: '18 layers offloaded', input: 'text, image'}}],
     [f.describeHealth({status: 'loading'}).text, 'loading model'],
+    [[f.chosenModel({base: 'm', adapters: ['a', 'b']}, 'b'),
+      f.chosenModel({base: 'm', adapters: ['a', 'b']}, 'gone'),
+      f.chosenModel({base: 'm', adapters: ['a']}, null),
+      f.chosenModel({base: 'm', adapters: []}, 'a')],
+     ['b', 'm', 'm', 'm']],
+    [[f.describeAdapters(['support', 'sql']), f.describeAdapters([])], ['support, sql', 'none']],
   ];
 }

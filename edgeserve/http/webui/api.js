@@ -28,10 +28,12 @@ async function call(path, { key = apiKey.get(), ...init } = {}) {
   return response;
 }
 
-/** The served model's id (GET /v1/models); `key` tries a key other than the stored one. */
-export async function modelId(key = apiKey.get()) {
-  const body = await (await call("v1/models", { key })).json();
-  return body.data[0].id;
+/** GET /v1/models: the served model's id and its LoRA adapters' names (the cards whose
+ * `parent` is the model), in the server's order; `key` tries a key other than the stored one. */
+export async function listModels(key = apiKey.get()) {
+  const cards = (await (await call("v1/models", { key })).json()).data;
+  const base = (cards.find((card) => !card.parent) ?? cards[0]).id;
+  return { base, adapters: cards.filter((card) => card.parent === base).map((card) => card.id) };
 }
 
 /** GET /health: its JSON at any status (503 while the model loads), null when unreachable. */

@@ -1,7 +1,7 @@
 // The chat page: settings, the conversation (kept in this page only), the server's state.
 
-import { ApiError, apiKey, chatStream, health, modelId } from "./api.js";
-import { describeHealth } from "./format.js";
+import { ApiError, apiKey, chatStream, health, listModels } from "./api.js";
+import { chosenModel, describeAdapters, describeHealth } from "./format.js";
 import { AnswerView, attachmentChip, userMessage } from "./view.js";
 
 const $ = (id) => document.getElementById(id);
@@ -18,6 +18,7 @@ const ui = {
   system: $("system"),
   temperature: $("temperature"),
   maxTokens: $("max-tokens"),
+  modelChoice: $("model-choice"),
   seed: $("seed"),
   settings: $("settings"),
   settingsToggle: $("settings-toggle"),
@@ -30,6 +31,8 @@ const ui = {
 
 const state = {
   model: null, // the id GET /v1/models gives; null until the API answered
+  listed: "", // the base and adapter names the chooser shows, one a line
+  chosen: null, // what the page sends as `model`: the base's id or an adapter's name
   history: [], // the turns sent with the next request
   images: [], // data URLs attached to the next message
   controller: null, // the running answer's AbortController
@@ -37,18 +40,77 @@ const state = {
   epoch: 0, // counts the clears: an answer that ends after one stays out of the history
 };
 
-// ---- the server: model, key, load ----------------------------------------------------------
+// ---- the server: model, adapters, key, load ----------------------------------------------
 
-function setModel(id) {
-  state.model = id;
-  $("model-name").textContent = id;
-  $("empty-model").textContent = id;
+const CHOICE_ITEM = "edgeserve.model";
+
+/** The adapter chosen, kept in localStorage across reloads (nothing is kept for the base). */
+const keptChoice = {
+  get() {
+    try {
+      return localStorage.getItem(CHOICE_ITEM);
+    } catch {
+      return null; // storage turned off
+    }
+  },
+  set(name) {
+    try {
+      if (name === state.model) localStorage.removeItem(CHOICE_ITEM);
+      else localStorage.setItem(CHOICE_ITEM, name);
+    } catch {
+      // storage turned off: the choice lasts as long as the page
+    }
+  },
+};
+
+function optionGroup(label, names) {
+  const group = document.createElement("optgroup");
+  group.label = label;
+  group.append(...names.map((name) => new Option(name, name)));
+  return group;
+}
+
+function choose(name) {
+  state.chosen = name;
+  ui.modelChoice.value = name;
+  $("empty-model").textContent = name;
+  keptChoice.set(name);
+}
+
+/** What GET /v1/models listed ({base, adapters}): the model's name, and the chooser when
+ * there are adapters (a choice no longer listed falls back to the base). */
+function setModels(listed) {
+  state.model = listed.base;
+  $("model-name").textContent = listed.base;
+  $("info-adapters").textContent = describeAdapters(listed.adapters);
+  const names = [listed.base, ...listed.adapters].join("\n");
+  if (names !== state.listed) {
+    state.listed = names;
+    ui.modelChoice.replaceChildren(
+      optionGroup("Base model", [listed.base]),
+      ...(listed.adapters.length ? [optionGroup("LoRA adapters", listed.adapters)] : []),
+    );
+    ui.modelChoice.hidden = listed.adapters.length === 0;
+    $("model-name").hidden = listed.adapters.length > 0;
+  }
+  const chosen = chosenModel(listed, state.chosen ?? keptChoice.get());
+  if (chosen !== state.chosen || ui.modelChoice.value !== chosen) choose(chosen);
   ui.keyState.hidden = !apiKey.get();
+}
+
+/** The adapters again (one may have been loaded or unloaded at run time); a failure waits for
+ * the next try, and a chat request shows any error. */
+async function relist() {
+  try {
+    setModels(await listModels());
+  } catch {
+    // unreachable, loading or a key gone stale: the next poll tries again
+  }
 }
 
 async function connect() {
   try {
-    setModel(await modelId());
+    setModels(await listModels());
   } catch (err) {
     if (err instanceof ApiError && err.status === 401) askForKey(apiKey.get() ? err.message : "");
     else setTimeout(connect, 2000); // loading (503) or unreachable
@@ -67,11 +129,11 @@ ui.keyForm.addEventListener("submit", async (event) => {
   event.preventDefault();
   const key = ui.keyInput.value.trim();
   try {
-    const id = await modelId(key);
+    const listed = await listModels(key);
     apiKey.set(key);
     ui.keyDialog.hidden = true;
     ui.keyInput.value = "";
-    setModel(id);
+    setModels(listed);
   } catch (err) {
     askForKey(err.message);
     ui.keyInput.select();
@@ -100,6 +162,7 @@ async function refreshHealth() {
     for (const [name, value] of Object.entries(seen.info)) $(`info-${name}`).textContent = value;
     ui.attach.hidden = !(body.input_modalities ?? []).includes("image");
     if (body.status === "loading") delay = 1000;
+    else if (state.model) relist();
   }
   healthTimer = setTimeout(refreshHealth, document.hidden ? 30000 : delay);
 }
@@ -119,7 +182,7 @@ ui.log.addEventListener("scroll", () => {
 function chatRequest(turn) {
   const system = ui.system.value.trim();
   const body = {
-    model: state.model,
+    model: state.chosen,
     messages: [...(system ? [{ role: "system", content: system }] : []), ...state.history, turn],
     stream: true,
     stream_options: { include_usage: true },
@@ -166,7 +229,7 @@ async function send() {
   showAttachments();
   const turn = userTurn(text, images);
   const asked = userMessage(text, images);
-  const answer = new AnswerView(state.model, followEnd);
+  const answer = new AnswerView(state.chosen, followEnd);
   ui.prompt.value = "";
   fitPrompt();
   ui.empty.hidden = true;
@@ -274,6 +337,7 @@ ui.prompt.addEventListener("keydown", (event) => {
 ui.prompt.addEventListener("input", fitPrompt);
 ui.stop.addEventListener("click", () => state.controller?.abort());
 $("clear").addEventListener("click", clearConversation);
+ui.modelChoice.addEventListener("change", () => choose(ui.modelChoice.value));
 ui.temperature.addEventListener("input", () => {
   $("temperature-value").textContent = ui.temperature.value;
 });

@@ -90,6 +90,18 @@ export function formatRate(perSecond) {
   return `${perSecond.toFixed(perSecond < 100 ? 1 : 0)} tok/s`;
 }
 
+/** The model the page sends as `model` (and names its answers by), from GET /v1/models'
+ * `listed` ({base, adapters}) and the choice kept from before: that adapter while the server
+ * lists it, else the base model. */
+export function chosenModel(listed, kept) {
+  return listed.adapters.includes(kept) ? kept : listed.base;
+}
+
+/** The server panel's line for the LoRA adapters. */
+export function describeAdapters(adapters) {
+  return adapters.length ? adapters.join(", ") : "none";
+}
+
 /** What /health says, in words for the page: the state of the load chip and its text, and
  * the server panel's lines. */
 export function describeHealth(health) {
