@@ -113,6 +113,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the model's projector for the images workload [the tests' tiny Gemma 3 one, "
         "which fits the default model only]",
     )
+    p.add_argument(
+        "--lora-requests",
+        type=int,
+        help="LoRA workload: requests per stream per load and round, 0 skips it [1; quick 1]",
+    )
     p.add_argument("--no-lora", action="store_true", help="skip the LoRA adapters workload")
     p.add_argument(
         "--lora-only",
@@ -149,7 +154,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     sizes = {"tokens": (128, 32), "requests": (2, 1), "rounds": (3, 2), "prompt_words": (128, 64),
              "conversations": (4, 2), "score_texts": (64, 8), "structured": (8, 4),
              "embed_texts": (64, 16), "soak_requests": (1000, 200),
-             "grounded_rounds": (2, 1), "image_requests": (8, 3)}  # fmt: skip
+             "grounded_rounds": (2, 1), "image_requests": (8, 3),
+             "lora_requests": (1, 1)}  # fmt: skip
     for name, (full, quick) in sizes.items():
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
@@ -566,7 +572,7 @@ class Bench:
         adapters, mixed and base-only loads taking turns, then edgeserve's memory case; a
         server without adapters shows n/a."""
         a = self.args
-        if a.no_lora or EDGESERVE not in self.kinds:
+        if a.no_lora or a.lora_requests <= 0 or EDGESERVE not in self.kinds:
             return
         began = time.time()
         kinds = [kind for kind in self.kinds if kind in lora.KINDS]
@@ -576,7 +582,7 @@ class Bench:
         result: dict[str, Any] = {
             "parallel": lora.PARALLEL,
             "streams": lora.PARALLEL,
-            "requests": a.requests,
+            "requests": a.lora_requests,
             "max_tokens": a.tokens,
             "rounds": a.rounds,
             "adapters": [str(path) for path in paths],
@@ -643,7 +649,7 @@ class Bench:
         async def attempt() -> dict[str, Any]:
             cpu0 = server.cpu()
             data = await lora.run(
-                server.url, server.kind, mode, rnd, a.requests, a.tokens, a.prompt_words
+                server.url, server.kind, mode, rnd, a.lora_requests, a.tokens, a.prompt_words
             )
             data["server_cpu_s"] = server.cpu() - cpu0
             sets = " / ".join(f"{s['tps']:.1f}" for s in data["per_set"].values())

@@ -11,16 +11,18 @@ The base cannot go without the field: llama-server runs a request without one un
 start-up list, in which `--lora` gives every adapter scale 1 (`--lora-init-without-apply` only
 leaves the context without them until the first request); edgeserve reads scale 0 as the base.
 
-Each server takes two loads of 6 closed-loop streams (greedy, end-of-generation banned, the
-bench's max_tokens and prompt size, prompts new in every run): *mixed*, 2 streams under each
+Each server takes two loads of 6 closed-loop streams of `--lora-requests` requests each
+(greedy, end-of-generation banned, the bench's max_tokens and prompt size, prompts new in
+every run): *mixed*, 2 streams under each
 set (base, a, b), and *base-only*, all 6 on the base. The servers take turns in an order that
 rotates each round, each running both loads back to back (which one first alternates), so a
 round's pair is measured close in time. llama.cpp decodes one adapter set per batch, so a
 mixed step carries at most a third of the streams: the figures are the aggregate tokens/s of
 each load, mixed / base-only (per round, then the median), the inter-token latency (ITL)
-p50/p99 of each, and per set in the mixed load its tokens/s and longest gap (whether every set
-gets its turns). Before the runs each server answers one short prompt under each set: the
-adapters must change the answers, and both servers should give the same ones.
+p50/p99 of each, and per set in the mixed load its tokens/s, time to first token and longest
+gap (whether every set gets its turns, and when). Before the runs each server answers one
+short prompt under each set: the adapters must change the answers, and both servers should
+give the same ones (up to near-ties).
 
 Memory (edgeserve only): one edgeserve with base + a + b, alone, against three at once with
 base, base + a and base + b (what serving the three sets took before adapters: a process
@@ -64,8 +66,11 @@ KINDS = (*EDGESERVES, LLAMA_SERVER)
 # The memory case's processes: the sets each one serves.
 ONE_PROCESS = "base + a + b"
 THREE_PROCESSES = {"base": (BASE,), "base + a": (BASE, "a"), "base + b": (BASE, "b")}
-WARM_UP_PROMPT = "Write one sentence about a lighthouse."
-WARM_UP_TOKENS = 8
+# A prompt whose greedy answer (end-of-generation allowed) each tiny adapter changes from the
+# first token, and which both servers answered alike under each set when it was chosen (others
+# met a near-tie within 16 tokens: the default model's base answers echo the prompt, then drift).
+WARM_UP_PROMPT = "Name three animals."
+WARM_UP_TOKENS = 16
 # The figures of each run kept per mode: the run's field and the summary key's suffix.
 RUN_FIGURES = {
     "aggregate_tps": "tps",
@@ -164,7 +169,7 @@ def body(kind: str, set_name: str, prompt: str, max_tokens: int) -> dict[str, An
 
 def set_figures(streams: list[load.Stream], wall: float) -> dict[str, Any]:
     """One set's share of a run: its tokens/s over the run's wall time, its streams' median
-    decode speed and their longest gap."""
+    decode speed, median time to the first token and longest gap."""
     tokens = sum(s.tokens for s in streams)
     rates = [s.decode_tps for s in streams if s.decode_tps is not None]
     gaps = [g for s in streams for g in s.gaps]
@@ -173,6 +178,7 @@ def set_figures(streams: list[load.Stream], wall: float) -> dict[str, Any]:
         "tokens": tokens,
         "tps": tokens / wall if wall > 0 else 0.0,
         "stream_tps_p50": statistics.median(rates) if rates else None,
+        "ttft_p50_ms": _median([None if s.ttft is None else s.ttft * 1000.0 for s in streams]),
         "itl_max_ms": max(gaps) * 1000.0 if gaps else None,
     }
 
@@ -222,12 +228,12 @@ async def warm_up(url: str, kind: str) -> dict[str, Any]:
     error = None
     async with load.session() as http:
         for set_name in SETS:
-            stream = await load.stream_chat(
-                http, url, body(kind, set_name, WARM_UP_PROMPT, WARM_UP_TOKENS)
-            )
+            req = body(kind, set_name, WARM_UP_PROMPT, WARM_UP_TOKENS)
+            del req["logit_bias"]  # the answer may end: past its end, tokens are near-ties
+            stream = await load.stream_chat(http, url, req)
             texts[set_name] = stream.text
-            if stream.error or not stream.text:
-                error = error or f"{set_name}: {stream.error or 'no content streamed'}"
+            if stream.error:
+                error = error or f"{set_name}: {stream.error}"
     return {"texts": texts, "error": error}
 
 
@@ -288,7 +294,8 @@ def _median(values: Sequence[float | None]) -> float | None:
 def summarize(runs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     """One server's figures over its rounds: per load the medians of RUN_FIGURES (and each
     round's value, `<key>_rounds`), mixed / base-only per round and its median, the streams cut
-    short, each set's median tokens/s and longest gap in the mixed load, the first errors."""
+    short, each set's median tokens/s and first-token time and its longest gap in the mixed load,
+    the first errors."""
     mine = [r for r in runs if r["server"] == kind]
     out: dict[str, Any] = {}
     for mode in MODES:
@@ -312,6 +319,7 @@ def summarize(runs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
             gaps = [s.get("itl_max_ms") for s in present if s.get("itl_max_ms") is not None]
             per_set[name] = {
                 "tps": _median([s.get("tps") for s in present]),
+                "ttft_p50_ms": _median([s.get("ttft_p50_ms") for s in present]),
                 "itl_max_ms": max(gaps) if gaps else None,
             }
     out["mixed_per_set"] = per_set

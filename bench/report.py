@@ -368,9 +368,11 @@ def _lora(results: dict[str, Any], tab: _Table) -> list[str]:
             continue
         names = list(per_set)
         speeds = " / ".join(_fmt(per_set[n].get("tps"), "{:.1f}") for n in names)
+        firsts = " / ".join(_fmt(per_set[n].get("ttft_p50_ms"), "{:.0f}") for n in names)
         gaps = " / ".join(_fmt(per_set[n].get("itl_max_ms"), "{:.0f}") for n in names)
         lines.append(
-            f"  {kind} mixed, per set ({' / '.join(names)}): {speeds} tok/s, longest gap {gaps} ms"
+            f"  {kind} mixed, per set ({' / '.join(names)}): {speeds} tok/s, "
+            f"TTFT p50 {firsts} ms, longest gap {gaps} ms"
         )
     check = lo.get("answers")
     if check:

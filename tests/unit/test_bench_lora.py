@@ -119,16 +119,23 @@ def stream(tokens: int, gaps: list[float], tps: float | None = 10.0, **more: Any
 
 
 def test_a_sets_share_of_a_run():
-    got = lora.set_figures([stream(32, [0.02, 0.5], 30.0), stream(32, [0.03], 10.0)], 4.0)
+    streams = [stream(32, [0.02, 0.5], 30.0, ttft=0.2), stream(32, [0.03], 10.0, ttft=1.0)]
+    got = lora.set_figures(streams, 4.0)
     assert got == {
         "streams": 2,
         "tokens": 64,
         "tps": 16.0,
         "stream_tps_p50": 20.0,
+        "ttft_p50_ms": pytest.approx(600.0),
         "itl_max_ms": pytest.approx(500.0),
     }
     empty = lora.set_figures([stream(0, [], None)], 0.0)
-    assert (empty["tps"], empty["stream_tps_p50"], empty["itl_max_ms"]) == (0.0, None, None)
+    assert (empty["tps"], empty["stream_tps_p50"], empty["ttft_p50_ms"], empty["itl_max_ms"]) == (
+        0.0,
+        None,
+        None,
+        None,
+    )
 
 
 def recorded(
@@ -151,8 +158,13 @@ def recorded(
         "mode": mode,
         "round": rnd,
         "per_set": {
-            s: {"streams": 6 // len(sets), "tps": tps / len(sets), "itl_max_ms": 5 * itl}
-            for s in sets
+            s: {
+                "streams": 6 // len(sets),
+                "tps": tps / len(sets),
+                "ttft_p50_ms": 100.0 * (1 + i),
+                "itl_max_ms": 5 * itl,
+            }
+            for i, s in enumerate(sets)
         },
     } | more
 
@@ -182,6 +194,7 @@ def test_summarize_from_recorded_runs():
     assert set(got["mixed_per_set"]) == {"base", "a", "b"}
     assert got["mixed_per_set"]["a"]["tps"] == pytest.approx(17.5)
     assert got["mixed_per_set"]["a"]["itl_max_ms"] == pytest.approx(350.0)  # the longest
+    assert got["mixed_per_set"]["b"]["ttft_p50_ms"] == pytest.approx(300.0)
 
 
 def test_summarize_a_server_without_runs_or_a_load():
@@ -288,7 +301,7 @@ def test_report_lora_beside_llama_server_and_n_a_for_an_old_baseline():
     lo = block(lines, TITLE)
     assert (
         "  edgeserve mixed, per set (base / a / b): 20.0 / 20.0 / 20.0 tok/s, "
-        "longest gap 100 / 100 / 100 ms"
+        "TTFT p50 100 / 200 / 300 ms, longest gap 100 / 100 / 100 ms"
     ) in lo
     assert (
         "  warm-up: adapters that change the base's answer: edgeserve 2/2, llama-server 2/2; "
@@ -370,7 +383,9 @@ def model(tmp_path: Path) -> Path:
 
 def test_lora_runs_by_default_and_has_its_switches(model: Path, capsys):
     args = parse_args(["--model", str(model)])
-    assert (args.no_lora, args.lora_only) == (False, False)
+    assert (args.no_lora, args.lora_only, args.lora_requests) == (False, False, 1)
+    assert parse_args(["--model", str(model), "--quick"]).lora_requests == 1
+    assert parse_args(["--model", str(model), "--lora-requests", "2"]).lora_requests == 2
     assert parse_args(["--model", str(model), "--no-lora"]).no_lora
     assert parse_args(["--model", str(model), "--lora-only"]).lora_only
     for both in (["--lora-only", "--no-lora"], ["--lora-only", "--images-only"]):
