@@ -10,7 +10,9 @@ machine drift cancels (at N=1 llama-bench takes its turn too); then they stop. A
 multi-turn chat case and the scoring comparison run as well; after the levels, edgeserve's
 embeddings against a llama-server of its own with `--embeddings`, the grounded workload, and
 image requests against a llama-server of its own with `--mmproj` (bench/images.py;
---images-only runs that alone); at the highest N, edgeserve takes the abuse case
+--images-only runs that alone), and base + two LoRA adapters against a llama-server with the
+same adapters, requests under the three sets side by side (bench/lora.py; --lora-only runs
+that alone); at the highest N, edgeserve takes the abuse case
 (bench/abuse.py) and a memory soak of short mixed requests. With --baseline, the
 previous edgeserve (`edgeserve-baseline`) runs every one of edgeserve's workloads beside it, and
 the report compares the two ("vs previous", "Regressions"). Prints the table and the
@@ -25,6 +27,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,7 @@ from bench import (
     grounded,
     images,
     load,
+    lora,
     report,
     scoring,
     soak,
@@ -110,6 +114,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "which fits the default model only]",
     )
     p.add_argument(
+        "--lora-requests",
+        type=int,
+        help="LoRA workload: requests per stream per load and round, 0 skips it [1; quick 1]",
+    )
+    p.add_argument("--no-lora", action="store_true", help="skip the LoRA adapters workload")
+    p.add_argument(
+        "--lora-only",
+        action="store_true",
+        help="run the LoRA adapters workload alone (no load levels, no other workload)",
+    )
+    p.add_argument(
         "--sampled-temperature",
         type=float,
         default=0.7,
@@ -139,7 +154,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     sizes = {"tokens": (128, 32), "requests": (2, 1), "rounds": (3, 2), "prompt_words": (128, 64),
              "conversations": (4, 2), "score_texts": (64, 8), "structured": (8, 4),
              "embed_texts": (64, 16), "soak_requests": (1000, 200),
-             "grounded_rounds": (2, 1), "image_requests": (8, 3)}  # fmt: skip
+             "grounded_rounds": (2, 1), "image_requests": (8, 3),
+             "lora_requests": (1, 1)}  # fmt: skip
     for name, (full, quick) in sizes.items():
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
@@ -153,6 +169,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"no model at {args.model} (make model installs the default one)")
     if args.images_only and args.no_images:
         p.error("--images-only and --no-images exclude each other")
+    if args.lora_only and args.no_lora:
+        p.error("--lora-only and --no-lora exclude each other")
+    if args.lora_only and args.images_only:
+        p.error("--lora-only and --images-only exclude each other")
     if args.mmproj is not None and not args.mmproj.is_file():
         p.error(f"no projector at {args.mmproj}")
     return args
@@ -179,7 +199,8 @@ class Bench:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.levels = [] if args.images_only else [int(c) for c in args.concurrency.split(",")]
+        alone = args.images_only or args.lora_only
+        self.levels = [] if alone else [int(c) for c in args.concurrency.split(",")]
         self.kinds = [k for k in ALL_SERVERS if k in args.servers.split(",")]
         self.setup = Setup(
             model=args.model,
@@ -228,12 +249,15 @@ class Bench:
         with Servers(self.setup) as servers:
             for i, c in enumerate(self.levels):
                 await self.level(servers, i, c)
-            if not self.args.images_only:
+            if not (self.args.images_only or self.args.lora_only):
                 await self.long_context(servers)
                 await self.embeddings(servers)
                 for c in (1, 4):
                     await self.grounded(servers, c)
-            await self.images(servers)
+            if not self.args.lora_only:
+                await self.images(servers)
+            if not self.args.images_only:
+                await self.lora(servers)
         self.results["elapsed_s"] = time.time() - self.started
         self.results["summary"] = report.summarize(self.results)
         return self.results
@@ -318,18 +342,32 @@ class Bench:
         temperature: float = 0.0,
     ) -> None:
         """One run (a load run at `temperature`, or llama-bench when `entry` is None) on a
-        quiet machine; a run
-        during which other processes used more than a fifth of a core is done again (up to
-        --noisy-retries times) and the quietest attempt is kept."""
+        quiet machine (`quietest`)."""
+
+        async def attempt() -> dict[str, Any]:
+            if entry is None:
+                return self.one_llama_bench(rnd)
+            return await self.one_run(entry, c, rnd, temperature)
+
+        noise, data = await self.quietest(running, attempt)
+        name = "llama-bench" if entry is None else entry.kind
+        if noise > 0.2:
+            self.results["noisy_runs"].append(f"{name}@{c}#{rnd}")
+        key = "llama_bench_runs" if entry is None else "runs"
+        self.results[key].append(data)
+
+    async def quietest(
+        self, running: list[Server], attempt: Callable[[], Awaitable[dict[str, Any]]]
+    ) -> tuple[float, dict[str, Any]]:
+        """Run `attempt` on a quiet machine; an attempt during which other processes used more
+        than a fifth of a core is done again (up to --noisy-retries times). The quietest
+        attempt's data (with `other_cpu_s`) and the cores the others used meanwhile."""
         best: tuple[float, dict[str, Any]] | None = None
-        for attempt in range(1 + self.args.noisy_retries):
+        for tried in range(1 + self.args.noisy_retries):
             await self.wait_quiet(running)
             meter = CpuMeter(running)
             started = time.perf_counter()
-            if entry is None:
-                data = self.one_llama_bench(rnd)
-            else:
-                data = await self.one_run(entry, c, rnd, temperature)
+            data = await attempt()
             wall = time.perf_counter() - started
             data["other_cpu_s"] = meter.other()
             noise = data["other_cpu_s"] / wall
@@ -337,13 +375,9 @@ class Bench:
                 best = (noise, data)
             if noise <= 0.2:
                 break
-            print(f"    (others used {noise:.1f} cores meanwhile; attempt {attempt + 1})")
+            print(f"    (others used {noise:.1f} cores meanwhile; attempt {tried + 1})")
         assert best is not None
-        name = "llama-bench" if entry is None else entry.kind
-        if best[0] > 0.2:
-            self.results["noisy_runs"].append(f"{name}@{c}#{rnd}")
-        key = "llama_bench_runs" if entry is None else "runs"
-        self.results[key].append(best[1])
+        return best
 
     def one_llama_bench(self, rnd: int) -> dict[str, Any]:
         """One llama-bench tg run at the depth of the bench prompts."""
@@ -532,6 +566,141 @@ class Bench:
                       + (f", {r['errors'][0]}" if r["errors"] else ""), flush=True)  # fmt: skip
                 servers.stop(server)
         self.results["images"] = result
+
+    async def lora(self, servers: Servers) -> None:
+        """The LoRA workload (bench/lora.py): the edgeserves and llama-server with the same two
+        adapters, mixed and base-only loads taking turns, then edgeserve's memory case; a
+        server without adapters shows n/a."""
+        a = self.args
+        if a.no_lora or a.lora_requests <= 0 or EDGESERVE not in self.kinds:
+            return
+        began = time.time()
+        kinds = [kind for kind in self.kinds if kind in lora.KINDS]
+        paths = lora.write_adapters(a.out / "lora", self.setup.model)
+        print(f"LoRA adapters: {', '.join(kinds)} with base + 2 adapters, --parallel "
+              f"{lora.PARALLEL}, mixed and base-only loads ...", flush=True)  # fmt: skip
+        result: dict[str, Any] = {
+            "parallel": lora.PARALLEL,
+            "streams": lora.PARALLEL,
+            "requests": a.lora_requests,
+            "max_tokens": a.tokens,
+            "rounds": a.rounds,
+            "adapters": [str(path) for path in paths],
+            "adapter_mib": [path.stat().st_size / MIB for path in paths],
+            "unsupported": {},
+            "runs": [],
+        }
+        unsupported: dict[str, str] = result["unsupported"]
+        for kind in kinds:
+            reason = lora.missing_lora(kind, self.setup)
+            if reason:
+                unsupported[kind] = reason
+        running = [
+            servers.start(kind, lora.PARALLEL, lora.server_args(kind, paths))
+            for kind in kinds
+            if kind not in unsupported
+        ]
+        started = await asyncio.gather(
+            *(servers.wait_ready(s) for s in running), return_exceptions=True
+        )
+        for server, outcome in zip(list(running), started, strict=True):
+            if isinstance(outcome, BaseException):
+                unsupported[server.kind] = images.start_failure(str(outcome))
+        warm: dict[str, dict[str, str]] = {}
+        for server in list(running):
+            if server.kind not in unsupported:
+                answered = await lora.warm_up(server.url, server.kind)
+                if answered["error"]:
+                    unsupported[server.kind] = f"warm-up: {answered['error']}"
+                else:
+                    warm[server.kind] = answered["texts"]
+                    server.loaded_rss = server.rss_now()
+            if server.kind in unsupported:
+                servers.stop(server)
+                running.remove(server)
+        for kind, reason in unsupported.items():
+            print(f"  {kind}: n/a ({reason})", flush=True)
+        for rnd in range(a.rounds if running else 0):
+            for server, mode in lora.turns(running, rnd):
+                noise, data = await self.quietest(running, self.lora_run(server, mode, rnd))
+                if noise > 0.2:
+                    self.results["noisy_runs"].append(f"lora {server.kind} {mode}#{rnd}")
+                result["runs"].append(data)
+        for server in running:
+            result[server.kind] = lora.summarize(result["runs"], server.kind) | {
+                "rss_loaded": server.loaded_rss,
+                "warm_up": warm[server.kind],
+            }
+            servers.stop(server)
+        if warm:
+            result["answers"] = lora.answers_check(warm)
+        if EDGESERVE not in unsupported:
+            result["memory"] = await self.lora_memory(servers, paths)
+        result["elapsed_s"] = time.time() - began
+        print(f"  (LoRA workload {result['elapsed_s']:.0f} s)", flush=True)
+        self.results["lora"] = result
+
+    def lora_run(
+        self, server: Server, mode: str, rnd: int
+    ) -> Callable[[], Awaitable[dict[str, Any]]]:
+        """One LoRA load run on `server`, as `quietest` takes it."""
+        a = self.args
+
+        async def attempt() -> dict[str, Any]:
+            cpu0 = server.cpu()
+            data = await lora.run(
+                server.url, server.kind, mode, rnd, a.lora_requests, a.tokens, a.prompt_words
+            )
+            data["server_cpu_s"] = server.cpu() - cpu0
+            sets = " / ".join(f"{s['tps']:.1f}" for s in data["per_set"].values())
+            print(f"  {server.kind:18} lora {mode:9} round {rnd}: {data['aggregate_tps']:7.1f} "
+                  f"tok/s aggregate ({sets} per set), ITL p50 {data['itl_p50_ms'] or 0:5.1f} "
+                  f"p99 {data['itl_p99_ms'] or 0:6.1f} ms, {data['short']} cut short"
+                  + (f", {data['errors'][0]}" if data["errors"] else ""), flush=True)  # fmt: skip
+            return data
+
+        return attempt
+
+    async def lora_memory(self, servers: Servers, paths: list[Path]) -> dict[str, Any]:
+        """One edgeserve with base + a + b alone, then base, base + a and base + b as three
+        processes at once (sharing the model file's pages, as they would); the memory of each
+        after a short request under each set it serves."""
+        print(f"  memory: edgeserve with {lora.ONE_PROCESS}, then {len(lora.THREE_PROCESSES)} "
+              f"processes ({'; '.join(lora.THREE_PROCESSES)}) ...", flush=True)  # fmt: skip
+        try:
+            one = await self.lora_processes(servers, paths, {lora.ONE_PROCESS: lora.SETS})
+            three = await self.lora_processes(servers, paths, lora.THREE_PROCESSES)
+        except RuntimeError as exc:  # a start or a request failed
+            return {"error": images.start_failure(str(exc))}
+        figures = lora.memory_figures(one[lora.ONE_PROCESS], three)
+        return figures | {"parallel": lora.PARALLEL}
+
+    async def lora_processes(
+        self, servers: Servers, paths: list[Path], variants: dict[str, tuple[str, ...]]
+    ) -> dict[str, dict[str, int | None]]:
+        """Start an edgeserve per variant (label: the sets it serves) at once, send each a
+        short request under each of its sets, and read their memory; then stop them."""
+        extra = dict(zip(lora.ADAPTERS, lora.server_args(EDGESERVE, paths)[1::2], strict=True))
+        running = {
+            label: servers.start(
+                EDGESERVE,
+                lora.PARALLEL,
+                tuple(arg for s in sets if s != lora.BASE for arg in ("--lora", extra[s])),
+                tag="memory-" + "-".join(sets),
+            )
+            for label, sets in variants.items()
+        }
+        try:
+            await asyncio.gather(*(servers.wait_ready(s) for s in running.values()))
+            for label, server in running.items():
+                error = await lora.named_requests(server.url, variants[label])
+                if error:
+                    raise RuntimeError(f"{label}: {error}")
+            await asyncio.sleep(1.0)
+            return {label: lora.process_memory(s.proc.pid) for label, s in running.items()}
+        finally:
+            for server in running.values():
+                servers.stop(server)
 
     async def grounded(self, servers: Servers, c: int) -> None:
         """The grounded workload at concurrency `c` (bench/grounded.py): the edgeserves with

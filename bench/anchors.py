@@ -201,11 +201,13 @@ class Servers(AbstractContextManager["Servers"]):
         self.setup = setup
         self.running: list[Server] = []
 
-    def start(self, kind: str, parallel: int, extra: tuple[str, ...] = ()) -> Server:
-        """Spawn a server, with `extra` arguments (returns at once; see `wait_ready`)."""
+    def start(self, kind: str, parallel: int, extra: tuple[str, ...] = (), tag: str = "") -> Server:
+        """Spawn a server, with `extra` arguments (returns at once; see `wait_ready`); `tag`
+        goes into its log's name (the arguments do too)."""
         port = free_port()
         self.setup.logs.mkdir(parents=True, exist_ok=True)
-        suffix = "-".join(Path(arg).name.strip("-") for arg in extra)  # a path: its name
+        names = (Path(arg).name.strip("-") for arg in (*extra, tag) if arg)  # a path: its name
+        suffix = "-".join(names)
         log = self.setup.logs / f"{kind}-p{parallel}{'-' + suffix if suffix else ''}.log"
         with open(log, "wb") as out:
             proc = subprocess.Popen(

@@ -95,6 +95,20 @@ IMAGE_ROUNDS = {
     "repeat_ttft_p50_ms": "repeat_ttft_ms",
     "decode_tps_p50": "decode_tps",
 }
+# The LoRA workload (bench/lora.py), each server's figures over its rounds.
+LORA_ROWS = (
+    Row("mixed tok/s", "mixed_tps", "{:.1f}", True),
+    Row("base-only tok/s", "base_tps", "{:.1f}", True),
+    Row("mixed / base-only", "mixed_over_base", "{:.2f}", True),
+    Row("mixed ITL p50 ms", "mixed_itl_p50_ms", "{:.1f}", False),
+    Row("mixed ITL p99 ms", "mixed_itl_p99_ms", "{:.1f}", False),
+    Row("base-only ITL p50 ms", "base_itl_p50_ms", "{:.1f}", False),
+    Row("base-only ITL p99 ms", "base_itl_p99_ms", "{:.1f}", False),
+    Row("mixed ITL max ms", "mixed_itl_max_ms", "{:.0f}", False),
+    Row("mixed TTFT p50 ms", "mixed_ttft_p50_ms", "{:.0f}", False),
+    Row("streams cut short", "short", "{:.0f}", False, noise=0.0),
+    Row("RSS after warm-up MiB", "rss_loaded", "{:.0f}", False, 1.0 / MIB),
+)
 NA = "n/a"
 SHORT_NAMES = {
     EDGESERVE: "edgeserve",
@@ -211,6 +225,7 @@ def render(results: dict[str, Any]) -> tuple[list[str], list[Figure]]:
             values = {s: mt[s].get(row.key) if s in mt else None for s in servers}
             lines.append(tab.row(row, values, "multi-turn "))
     lines += _images(results, tab)
+    lines += _lora(results, tab)
     lb = results.get("llama_bench")
     if lb:
         lines.append(
@@ -324,6 +339,86 @@ def _images(results: dict[str, Any], tab: _Table) -> list[str]:
     for kind, reason in na.items():
         lines.append(f"  {kind} n/a: {reason}")
     return lines
+
+
+def _lora(results: dict[str, Any], tab: _Table) -> list[str]:
+    """The LoRA block: each server's mixed and base-only figures, edgeserve / llama-server
+    and, where the baseline serves adapters, edgeserve / previous; each set's share of the
+    mixed load, the warm-up answers' check, the memory case; "n/a" for a server that cannot."""
+    lo = results.get("lora")
+    if not lo:
+        return []
+    na = lo.get("unsupported") or {}
+    lines = [
+        f"LoRA adapters (base + 2 tiny adapters, --parallel {lo['parallel']}: {lo['streams']} "
+        f"streams, mixed = 2 per set (base, a, b), base-only = all on the base; "
+        f"{lo['requests']} request(s) per stream, {lo['max_tokens']} tokens; ITL: inter-token)"
+    ]
+    for row in LORA_ROWS:
+        noise = row.noise
+        if noise is None and row.key != "rss_loaded":
+            noise = rounds_noise(
+                *((lo.get(s) or {}).get(f"{row.key}_rounds") or [] for s in EDGESERVES)
+            )
+        values = {s: (lo.get(s) or {}).get(row.key) for s in tab.servers}
+        lines.append(tab.row(row, values, "lora ", noise, na))
+    for kind in tab.servers:
+        per_set = (lo.get(kind) or {}).get("mixed_per_set") or {}
+        if kind in na or not per_set:
+            continue
+        names = list(per_set)
+        speeds = " / ".join(_fmt(per_set[n].get("tps"), "{:.1f}") for n in names)
+        firsts = " / ".join(_fmt(per_set[n].get("ttft_p50_ms"), "{:.0f}") for n in names)
+        gaps = " / ".join(_fmt(per_set[n].get("itl_max_ms"), "{:.0f}") for n in names)
+        lines.append(
+            f"  {kind} mixed, per set ({' / '.join(names)}): {speeds} tok/s, "
+            f"TTFT p50 {firsts} ms, longest gap {gaps} ms"
+        )
+    check = lo.get("answers")
+    if check:
+        changed = ", ".join(
+            f"{kind} {n}/{len(lo['adapters'])}" for kind, n in check["adapters_changed"].items()
+        )
+        alike = (
+            f"; the servers answer alike under {check['sets_alike']}/{check['sets']} sets"
+            if check.get("sets_alike") is not None
+            else ""
+        )
+        lines.append(f"  warm-up: adapters that change the base's answer: {changed}{alike}")
+    mem = lo.get("memory")
+    if mem:
+        lines += _lora_memory(mem)
+    for kind, reason in na.items():
+        lines.append(f"  {kind} n/a: {reason}")
+    return lines
+
+
+def _lora_memory(mem: dict[str, Any]) -> list[str]:
+    """The one edgeserve with base + a + b against three (base, base + a, base + b)."""
+    if mem.get("error"):
+        return [f"  memory case not measured: {mem['error']}"]
+
+    def figures(m: dict[str, Any]) -> str:
+        return (
+            f"RSS {_fmt(_mib(m.get('rss')), '{:.0f}')} MiB (PSS "
+            f"{_fmt(_mib(m.get('pss')), '{:.0f}')}, anonymous "
+            f"{_fmt(_mib(m.get('rss_anon')), '{:.0f}')})"
+        )
+
+    ratios = mem.get("one_over_three") or {}
+    shown = ", ".join(
+        f"{label} {_fmt(ratios.get(key), '{:.2f}')}"
+        for label, key in (("RSS", "rss"), ("PSS", "pss"), ("anonymous", "rss_anon"))
+    )
+    each = "; ".join(
+        f"{label} {_fmt(_mib(m.get('rss')), '{:.0f}')}" for label, m in mem["three"].items()
+    )
+    return [
+        f"  memory, edgeserve --parallel {mem.get('parallel', '?')} after a request under each "
+        f"of its sets: one process with base + a + b: {figures(mem['one'])}",
+        f"    three processes ({each} MiB RSS): {figures(mem['three_total'])} together; "
+        f"one / three: {shown}",
+    ]
 
 
 def _pair(per_kind: dict[str, Any], key: str) -> tuple[Any, Any]:
@@ -600,6 +695,28 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
             out.append(
                 ("a stream's longest gap < 1 s beside a camera photo", gap < 1.0, _secs(gap))
             )
+    lo = results.get("lora")
+    if lo:
+        ours, theirs = ((lo.get(kind) or {}) for kind in (EDGESERVE, LLAMA_SERVER))
+        share = ours.get("mixed_over_base")
+        out.append(
+            (
+                "mixed adapters tok/s >= 0.8x base-only",
+                None if share is None else share >= 0.8,
+                "not measured"
+                if share is None
+                else f"{share:.2f}x ({_fmt(ours.get('mixed_tps'), '{:.1f}')} vs "
+                f"{_fmt(ours.get('base_tps'), '{:.1f}')} tok/s, median of the rounds' ratios)",
+            )
+        )
+        out.append(
+            _cmp(
+                "mixed adapters tok/s >= llama-server's",
+                ours.get("mixed_tps"),
+                theirs.get("mixed_tps"),
+                1.0,
+            )
+        )
     gr = results.get("grounded", {}).get("1", {})
     if "edgeserve" in gr and "llama-server" in gr:
         ours = statistics.median(gr["edgeserve"]["tok_s"])
