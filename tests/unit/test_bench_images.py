@@ -7,11 +7,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
-import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 from PIL import Image
 
 from bench import build, images, report
@@ -19,6 +18,7 @@ from bench.__main__ import parse_args
 from bench.anchors import EDGESERVE, EDGESERVE_BASELINE, LLAMA_SERVER, Setup
 from bench.load import Stream
 from tests.unit.bench_results import bench_setup, results
+from tests.unit.fake_chat_server import streaming_chat_app
 from tests.unit.test_bench_report import block, lines_of, row
 
 
@@ -288,28 +288,15 @@ def test_the_anchor_build_keeps_mtmd(tmp_path: Path):
 async def test_each_server_takes_each_new_image_twice_in_rotating_turns(aiohttp_server):
     seen: list[tuple[str, str]] = []
 
-    def fake(name: str) -> web.Application:
-        async def chat(request: web.Request) -> web.StreamResponse:
-            body = await request.json()
+    def record(name: str) -> Callable[[dict], None]:
+        def seen_image(body: dict) -> None:
             [part, _text] = body["messages"][0]["content"]
             seen.append((name, hashlib.sha256(part["image_url"]["url"].encode()).hexdigest()))
-            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-            await resp.prepare(request)
-            for i in range(body["max_tokens"]):
-                delta = {"choices": [{"delta": {"content": f"w{i} "}, "finish_reason": None}]}
-                await resp.write(f"data: {json.dumps(delta)}\n\n".encode())
-            end = {
-                "choices": [{"delta": {}, "finish_reason": "length"}],
-                "usage": {"completion_tokens": body["max_tokens"], "prompt_tokens": 9},
-            }
-            await resp.write(f"data: {json.dumps(end)}\n\ndata: [DONE]\n\n".encode())
-            return resp
 
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", chat)
-        return app
+        return seen_image
 
-    a, b = await aiohttp_server(fake("a")), await aiohttp_server(fake("b"))
+    a = await aiohttp_server(streaming_chat_app(record("a")))
+    b = await aiohttp_server(streaming_chat_app(record("b")))
     pair = [("a", str(a.make_url("")).rstrip("/")), ("b", str(b.make_url("")).rstrip("/"))]
     got = await images.compare(pair, requests=3, max_tokens=4, width=16, height=8)
     assert "".join(name for name, _ in seen) == "aabb" + "bbaa" + "aabb"

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from bench import lora, report
 from bench.__main__ import parse_args
 from bench.anchors import EDGESERVE, EDGESERVE_BASELINE, LLAMA_SERVER
 from bench.load import Stream
 from tests.unit.bench_results import MIB, results
+from tests.unit.fake_chat_server import streaming_chat_app
 from tests.unit.test_bench_report import block, lines_of, row
 
 
@@ -405,27 +405,7 @@ def test_the_adapters_are_the_tests_tiny_ones(model_path: Path, tmp_path: Path):
 async def test_one_load_against_fake_servers_sends_each_stream_under_its_set(aiohttp_server):
     seen: dict[str, list[dict]] = {"a": [], "b": []}
 
-    def fake(name: str) -> web.Application:
-        async def chat(request: web.Request) -> web.StreamResponse:
-            body = await request.json()
-            seen[name].append(body)
-            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-            await resp.prepare(request)
-            for i in range(body["max_tokens"]):
-                delta = {"choices": [{"delta": {"content": f"w{i} "}, "finish_reason": None}]}
-                await resp.write(f"data: {json.dumps(delta)}\n\n".encode())
-            end = {
-                "choices": [{"delta": {}, "finish_reason": "length"}],
-                "usage": {"completion_tokens": body["max_tokens"], "prompt_tokens": 9},
-            }
-            await resp.write(f"data: {json.dumps(end)}\n\ndata: [DONE]\n\n".encode())
-            return resp
-
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", chat)
-        return app
-
-    servers = {name: await aiohttp_server(fake(name)) for name in seen}
+    servers = {name: await aiohttp_server(streaming_chat_app(seen[name].append)) for name in seen}
     got = {
         name: await lora.run(
             str(server.make_url("")).rstrip("/"), EDGESERVE, lora.MIXED, 1, 2, 4, 8
