@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,27 +24,30 @@ def model_path() -> Path:
     return MODEL
 
 
-@pytest.fixture(scope="session")
-def engine(model_path: Path) -> Iterator[object]:
-    """The real engine, loaded once; its thread belongs to no event loop."""
+@contextlib.contextmanager
+def running_engine(model_path: Path, **config: Any) -> Iterator[Any]:
+    """A real engine on `model_path` (2048 cells and the physical cores unless `config` says
+    otherwise), loaded; closed on the way out. Its thread belongs to no event loop."""
     from edgeserve.config import physical_cores
     from edgeserve.engine.types import EngineConfig
     from edgeserve.engine.worker import Engine
 
-    eng = Engine(
-        EngineConfig(
-            model_path=str(model_path),
-            n_ctx=2048,
-            parallel=8,
-            n_threads=physical_cores(),
-            max_queue=16,
-        )
-    )
+    config = {"n_ctx": 2048, "n_threads": physical_cores(), **config}
+    eng = Engine(EngineConfig(model_path=str(model_path), **config))
     eng.start()
-    if not eng.wait_loaded(120):
-        raise RuntimeError(f"the default model failed to load: {eng.load_error}")
-    yield eng
-    eng.close()
+    try:
+        if not eng.wait_loaded(120):
+            raise RuntimeError(f"{model_path} failed to load: {eng.load_error}")
+        yield eng
+    finally:
+        eng.close()
+
+
+@pytest.fixture(scope="session")
+def engine(model_path: Path) -> Iterator[object]:
+    """The real engine, loaded once; its thread belongs to no event loop."""
+    with running_engine(model_path, parallel=8, max_queue=16) as eng:
+        yield eng
 
 
 VISION_CTX = 2048

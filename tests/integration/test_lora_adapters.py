@@ -18,11 +18,11 @@ from pathlib import Path
 import openai
 import pytest
 
-from edgeserve.config import Settings, physical_cores
+from edgeserve.config import Settings
 from edgeserve.engine.client import EngineClient
-from edgeserve.engine.types import EngineConfig
 from edgeserve.engine.worker import Engine
 from edgeserve.http.app import create_app
+from tests.conftest import running_engine
 from tests.fixtures import lora_reference
 from tests.fixtures.tiny_lora import write_bad_loras, write_lora
 from tests.integration.engine_idle import assert_engine_idle
@@ -58,21 +58,14 @@ def adapters(tmp_path_factory, model_path) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def lora_engine(model_path, adapters) -> Iterator[Engine]:
-    engine = Engine(
-        EngineConfig(
-            model_path=str(model_path),
-            n_ctx=2048,
-            parallel=6,
-            n_threads=physical_cores(),
-            draft_max=0,
-            swa_full=True,  # full-size sliding-window caches, as the reference's context
-            lora_adapters=tuple((name, str(path)) for name, path in adapters.items()),
-        )
-    )
-    engine.start()
-    assert engine.wait_loaded(120), engine.load_error
-    yield engine
-    engine.close()
+    with running_engine(
+        model_path,
+        parallel=6,
+        draft_max=0,
+        swa_full=True,  # full-size sliding-window caches, as the reference's context
+        lora_adapters=tuple((name, str(path)) for name, path in adapters.items()),
+    ) as engine:
+        yield engine
     lora_reference.free_models()
 
 

@@ -16,9 +16,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from edgeserve.config import physical_cores
-from edgeserve.engine.types import EngineConfig
 from edgeserve.engine.worker import Engine
+from tests.conftest import running_engine
 from tests.fixtures.tiny_lora import write_lora
 from tests.integration.engine_idle import assert_engine_idle, assert_left_work_stops
 from tests.integration.vision import image_bytes
@@ -82,19 +81,9 @@ def adapter_files(tmp_path_factory, model_path) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def lora_engine(model_path, adapter_files) -> Iterator[Engine]:
     """The default model with `support` and `sql` (as `--lora support=… --lora sql=…`)."""
-    engine = Engine(
-        EngineConfig(
-            model_path=str(model_path),
-            n_ctx=2048,
-            parallel=2,
-            n_threads=physical_cores(),
-            lora_adapters=tuple((name, str(adapter_files[name])) for name in ADAPTERS),
-        )
-    )
-    engine.start()
-    assert engine.wait_loaded(120), engine.load_error
-    yield engine
-    engine.close()
+    adapters = tuple((name, str(adapter_files[name])) for name in ADAPTERS)
+    with running_engine(model_path, parallel=2, lora_adapters=adapters) as engine:
+        yield engine
 
 
 async def serve_adapters(serve, lora_engine, adapter_files) -> str:
