@@ -31,7 +31,7 @@ from edgeserve.engine.types import (
     SamplingParams,
     TokenizerInfo,
 )
-from edgeserve.errors import InvalidAdapter, InvalidMedia
+from edgeserve.errors import InvalidMedia
 
 log = logging.getLogger("edgeserve.engine")
 
@@ -58,11 +58,7 @@ class LlamaBackend:
                 self.embedder = LoadedModel(config, limits, role="embedding")
             if config.draft_model_path:
                 self.draft_context = LlamaDraftContext(config, limits, self.model)
-            for adapter_id, (name, path) in enumerate(config.lora_adapters):
-                try:
-                    self.model.loras.load(adapter_id, path)
-                except InvalidAdapter as exc:
-                    raise InvalidAdapter(f"LoRA adapter {name}: {exc}") from None
+            self.model.loras.load_named(config.lora_adapters)
             source = resolve_template(
                 config.chat_template, self.model.chat_template, self.model.architecture
             )

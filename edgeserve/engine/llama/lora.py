@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import llama_cpp as lc
@@ -40,6 +41,15 @@ class LoraWeights:
             reason = first_complaint(complaints).removeprefix("failed to apply lora adapter: ")
             raise InvalidAdapter(f"{path} is not a LoRA adapter of this model ({reason})")
         self._handles[adapter_id] = handle
+
+    def load_named(self, adapters: Sequence[tuple[str, str]]) -> None:
+        """Load (name, path) adapters as ids 0, 1, …; InvalidAdapter names the one that
+        does not fit."""
+        for adapter_id, (name, path) in enumerate(adapters):
+            try:
+                self.load(adapter_id, path)
+            except InvalidAdapter as exc:
+                raise InvalidAdapter(f"LoRA adapter {name}: {exc}") from None
 
     def free(self, adapter_id: int, contexts: list[Any]) -> None:
         """Free an adapter's weights, once the `contexts` that may hold it hold none."""

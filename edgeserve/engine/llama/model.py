@@ -99,21 +99,7 @@ class LoadedModel(Vocabulary):
         self.ctx: Any = None
         self.memory: Any = None
         self._stack.callback(self._free_contexts)
-        if self.is_classifier and role != "chat":
-            self._stack.close()
-            kind = "an embedding" if self.embedding_only else "a generative"
-            raise ModelLoadError(f"{path} is a reranker (rank pooling), not {kind} model")
-        if self.embedding_only:
-            if pooling in _OWN_POOLING:
-                self.embed_pooling = int(pooling)
-            self.n_ctx = self.embed_size
-        else:
-            try:
-                self.ctx, self.memory = self._new_context()
-            except BaseException:
-                self._stack.close()
-                raise
-            self.n_ctx = lc.llama_n_ctx(self.ctx)
+        self._open(pooling)
         self.gpu_offload = bool(lc.llama_supports_gpu_offload())
         self.n_gpu_layers = min(self.n_layer + 1, mparams.n_gpu_layers) if self.gpu_offload else 0
         log.info(
@@ -125,6 +111,25 @@ class LoadedModel(Vocabulary):
             config.parallel,
             self.n_threads,
         )
+
+    def _open(self, pooling: str | None) -> None:
+        """Check that the model fits its role, then make its context (an embedding model's
+        is made on first use) and set `n_ctx`; everything is freed when that fails."""
+        if self.is_classifier and self.role != "chat":
+            self._stack.close()
+            kind = "an embedding" if self.embedding_only else "a generative"
+            raise ModelLoadError(f"{self.path} is a reranker (rank pooling), not {kind} model")
+        if self.embedding_only:
+            if pooling in _OWN_POOLING:
+                self.embed_pooling = int(pooling)
+            self.n_ctx = self.embed_size
+            return
+        try:
+            self.ctx, self.memory = self._new_context()
+        except BaseException:
+            self._stack.close()
+            raise
+        self.n_ctx = lc.llama_n_ctx(self.ctx)
 
     def _new_context(self) -> tuple[Any, Any]:
         """(context, memory) for generation (or, for a classifier, its one scoring context)."""
