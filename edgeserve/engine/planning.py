@@ -44,7 +44,14 @@ from edgeserve.engine.jobs import (
 )
 from edgeserve.engine.ports import Batch, DecodeLimits, EmbedSpan
 from edgeserve.engine.scoring import TextState
-from edgeserve.engine.speculation import STEP_ROWS, Drafter, DraftPace, draft_room
+from edgeserve.engine.speculation import (
+    STEP_ROWS,
+    Drafter,
+    DraftPace,
+    best_lengths,
+    draft_room,
+    keeps_pace,
+)
 from edgeserve.engine.step_cost import StepCost
 from edgeserve.engine.types import AdapterSet, EngineConfig
 
@@ -60,11 +67,12 @@ EMBED_CHUNK_BESIDE_STREAMS = SCORE_CHUNK_BESIDE_STREAMS
 # Beside running streams, a step's prompt tokens may add this share of what the step costs
 # without them (1.0: a stream's next token comes at most about twice as late).
 PREFILL_SHARE = 1.0
-# Beside other streams, a step's drafted rows may add this share of what the step costs
-# without them: a stream's tokens are not held back by others' speculation (on a 2-core CPU a
-# row costs a third or more of a 4-stream step, so only a sequence alone drafts there; on a GPU
-# rows are cheap).
-DRAFT_SHARE = 0.05
+# Beside other streams, drafts may slow a stream's expected tokens per second by at most this
+# share (`speculation.keeps_pace`): a stream that drafts nothing gets its next token at most
+# twice as late, while streams that copy (and keep most of what they draft) may draft long.
+DRAFT_SHARE = 1.0
+# A step is taken to cost at least this much (a measured 0 would make any draft free).
+MIN_STEP_SECONDS = 1e-6
 
 
 def decode_limits(config: EngineConfig) -> DecodeLimits:
@@ -216,13 +224,7 @@ class Planner:
                 prefilling.append(job)
                 continue
             stepping += [(job, c) for c in job.choices if not c.done and c.pending is None]
-        room = draft_room(len(stepping), self.draft_max)
-        threshold = self.step_cost.threshold(len(stepping))
-        if self.draft_model is not None:
-            step_s = self.step_cost.generation_seconds(max(1, len(stepping)))
-            threshold += self.draft_model.step_share(step_s)
-        spare = min(batch.room - len(stepping) - 1, self._draft_rows_beside(len(stepping)))
-        drafts = self._drafts(stepping, room, threshold, spare)
+        drafts = self._drafts(stepping, batch.room - len(stepping) - 1)
         for (job, choice), draft in zip(stepping, drafts, strict=True):
             row = batch.add(choice.last_token, choice.n_past, choice.seq_id, True)
             if draft:
@@ -292,16 +294,15 @@ class Planner:
             return 0
         return round(self.step_cost.row_seconds() / per_token)
 
-    def _drafts(
-        self, stepping: list[tuple[Job, Choice]], room: int, threshold: float, spare: int
-    ) -> list[list[int]]:
-        """The tokens each stepping choice drafts this step, in order (see speculation.py):
-        n-gram lookups, or the draft model asked once for all of them. None for a grammar's
-        detached sampler or (with a draft model) a prompt with media, and never past `room`,
-        the answer's token limit, the context or the `spare` drafted rows the step may still
-        take (the batch, and beside other streams DRAFT_SHARE of the step)."""
+    def _drafts(self, stepping: list[tuple[Job, Choice]], spare: int) -> list[list[int]]:
+        """The tokens each stepping choice drafts this step, in order (see speculation.py),
+        at most `spare` in all (the batch's room): none for a grammar's detached sampler or
+        (with a draft model) a prompt with media, and never past `draft_max`, the answer's
+        token limit or the context. N-gram drafts take the lengths that pay best once a
+        row's cost is measured (`_best_ngram_drafts`); a draft model's, or n-gram drafts
+        before that, the positions above the threshold (`_threshold_drafts`)."""
         drafts: list[list[int]] = [[] for _ in stepping]
-        wants: list[tuple[int, DraftWant]] = []
+        drafting: list[tuple[int, Job, Choice, int]] = []
         for i, (job, choice) in enumerate(stepping):
             if self.draft_max <= 0 or choice.sampler.detached:
                 continue
@@ -310,8 +311,75 @@ class Planner:
             if choice.drafter is None:
                 choice.drafter = DraftPace() if self.draft_model else Drafter(job.tokens)
             limit = min(
-                room, spare, job.prompt.max_new - choice.n_gen - 1, self.n_ctx - choice.n_past - 2
+                self.draft_max,
+                job.prompt.max_new - choice.n_gen - 1,
+                self.n_ctx - choice.n_past - 2,
             )
+            drafting.append((i, job, choice, limit))
+        if not drafting:
+            return drafts
+        sequences = len(stepping)
+        if self.draft_model is None and self.step_cost.line() is not None:
+            self._best_ngram_drafts(drafts, drafting, sequences, min(spare, STEP_ROWS))
+        else:
+            self._threshold_drafts(drafts, drafting, sequences, spare)
+        return drafts
+
+    def _best_ngram_drafts(
+        self,
+        drafts: list[list[int]],
+        drafting: list[tuple[int, Job, Choice, int]],
+        sequences: int,
+        most: int,
+    ) -> None:
+        """Fill `drafts` with the n-gram drafts of the lengths that give the step the most
+        expected tokens per second (`speculation.best_lengths`, from each sequence's
+        acceptance and the measured step costs); a sequence none of whose tokens pay
+        probes now and then (`DraftPace.settle`), while the step stays within the limit
+        that protects the others' pace."""
+        cost = self.step_cost
+
+        def step_seconds(rows: int) -> float:
+            return max(MIN_STEP_SECONDS, cost.generation_seconds(rows) or 0.0)
+
+        candidates: dict[int, list[int]] = {}
+        chances: list[list[float]] = [[] for _ in range(sequences)]
+        for i, _, choice, limit in drafting:
+            assert isinstance(choice.drafter, Drafter)
+            candidates[i] = choice.drafter.lookup(choice.generated, limit)
+            chances[i] = choice.drafter.chances(len(candidates[i]))
+        lengths = best_lengths(chances, step_seconds, most, DRAFT_SHARE)
+        for i, _, choice, _ in drafting:
+            assert isinstance(choice.drafter, Drafter)
+            chosen = lengths[i]
+            lengths[i] = choice.drafter.settle(len(candidates[i]), chosen)
+            if lengths[i] > chosen and (
+                sum(lengths) > most or not keeps_pace(lengths, chances, step_seconds, DRAFT_SHARE)
+            ):
+                lengths[i] = chosen  # no room for the probe this step
+            drafts[i] = candidates[i][: lengths[i]]
+
+    def _threshold_drafts(
+        self,
+        drafts: list[list[int]],
+        drafting: list[tuple[int, Job, Choice, int]],
+        sequences: int,
+        spare: int,
+    ) -> None:
+        """Fill `drafts` with each sequence's positions whose chance of being kept is above
+        the threshold (`StepCost.threshold`, raised by a draft model's own cost), at most
+        `draft_room` each and, beside other streams, DRAFT_SHARE of the step in all; a draft
+        model is asked once for all of them."""
+        room = draft_room(sequences, self.draft_max)
+        threshold = self.step_cost.threshold(sequences)
+        if self.draft_model is not None:
+            step_s = self.step_cost.generation_seconds(max(1, sequences))
+            threshold += self.draft_model.step_share(step_s)
+        spare = min(spare, self._draft_rows_beside(sequences))
+        wants: list[tuple[int, DraftWant]] = []
+        for i, job, choice, limit in drafting:
+            assert choice.drafter is not None
+            limit = min(limit, room, spare)
             if isinstance(choice.drafter, Drafter):
                 drafts[i] = choice.drafter.draft(choice.generated, limit, threshold)
                 spare -= len(drafts[i])
@@ -322,7 +390,6 @@ class Planner:
             made = self.draft_model.draft([want for _, want in wants])
             for (i, _), draft in zip(wants, made, strict=True):
                 drafts[i] = draft
-        return drafts
 
 
 class AdapterTurns:

@@ -23,7 +23,7 @@ with the sequences in a step, so drafts shrink as more sequences generate at onc
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 # Tail lengths looked up, longest first: a longer match is a better predictor.
 NGRAM_SIZES = (4, 3, 2)
@@ -114,7 +114,19 @@ class DraftPace:
         (`StepCost.threshold`), or a short probe now and then when none pay."""
         if room <= 0:
             return 0
-        length = self.length(threshold)
+        return self.settle(room, self.length(threshold))
+
+    def chances(self, k: int) -> list[float]:
+        """The chance that each of `k` drafted positions is reached and kept."""
+        a = self.acceptance
+        return [a**j for j in range(1, k + 1)]
+
+    def settle(self, room: int, length: int) -> int:
+        """How many tokens to draft, given that `length` of them pay: those (at most `room`),
+        or when none pay, a probe of PROBE_LENGTH once a wait that doubles with each probe
+        (up to MAX_BACKOFF steps) is over; none while it runs."""
+        if room <= 0:
+            return 0
         if length > 0:
             self._backoff = 1
         elif self._wait > 0:
@@ -145,7 +157,61 @@ class Drafter(DraftPace):
     def draft(self, generated: Sequence[int], room: int, threshold: float) -> list[int]:
         """Tokens to verify after the sequence's next token (see `DraftPace.want`).
         `generated` is the answer so far."""
+        return self.lookup(generated, self.want(room, threshold))
+
+    def lookup(self, generated: Sequence[int], k: int) -> list[int]:
+        """Up to `k` tokens the history (prompt and `generated`, the answer so far) repeats
+        after its tail (see `NgramIndex.continuation`)."""
         seen = len(self.index.tokens) - self._prompt_len
         if seen < len(generated):
             self.index.extend(generated[seen:])
-        return self.index.continuation(self.want(room, threshold))
+        return self.index.continuation(k)
+
+
+def best_lengths(
+    chances: Sequence[Sequence[float]],
+    step_seconds: Callable[[int], float],
+    most: int,
+    share: float,
+) -> list[int]:
+    """How many of its candidate tokens each of a step's sequences drafts: the lengths that
+    give the most expected tokens per second of the step, at most `most` in all, among those
+    that keep every sequence's pace (`keeps_pace`).
+
+    `chances[i][j]` is the chance that sequence i's drafted token j is reached and kept (it
+    falls with j, so each sequence drafts a prefix of its candidates); `step_seconds(rows)`
+    is what a step of that many logit rows costs."""
+    sequences = len(chances)
+    # Likeliest first; at equal chances, each sequence's first token before anyone's second.
+    ranked = sorted(
+        ((p, j, i) for i, seq in enumerate(chances) for j, p in enumerate(seq)),
+        key=lambda pji: (-pji[0], pji[1]),
+    )[:most]
+    lengths = [0] * sequences
+    expected = float(sequences)
+    best, best_rate = [0] * sequences, sequences / step_seconds(sequences)
+    for rows, (p, _, i) in enumerate(ranked, start=1):
+        lengths[i] += 1
+        expected += p
+        rate = expected / step_seconds(sequences + rows)
+        if rate > best_rate and keeps_pace(lengths, chances, step_seconds, share):
+            best, best_rate = list(lengths), rate
+    return best
+
+
+def keeps_pace(
+    lengths: Sequence[int],
+    chances: Sequence[Sequence[float]],
+    step_seconds: Callable[[int], float],
+    share: float,
+) -> bool:
+    """Whether drafts of `lengths` keep every sequence's pace: alone a sequence drafts what
+    it likes, but beside others no sequence's expected tokens per second may fall below
+    1 / (1 + share) of its rate without drafts, so one that drafts little is not held back
+    by the others' long drafts."""
+    sequences = len(lengths)
+    if sequences <= 1:
+        return True
+    seconds = step_seconds(sequences + sum(lengths))
+    limit = (1.0 + share) * step_seconds(sequences)
+    return all(seconds <= limit * (1.0 + sum(c[:k])) for c, k in zip(chances, lengths, strict=True))

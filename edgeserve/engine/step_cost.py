@@ -7,9 +7,17 @@ within its time budget (`StepCost.prompt_tokens_within`), so a newcomer's prompt
 streams' next tokens for a bounded time whatever the hardware.
 
 A step's time is modelled as `fixed + per_row * rows + per_token * prompt_tokens`: `fixed`
-and `per_row` are a least-squares line over the steps without prompt tokens, `per_token` a
-fit through the origin of what the steps with prompt tokens took beyond that line. Older
-steps weigh less, so the model follows the machine's load.
+and `per_row` are a least-squares line over the steps of two or more rows without prompt
+tokens, `per_token` a fit through the origin of what the steps with prompt tokens took beyond
+that line. Older steps weigh less, so the model follows the machine's load.
+
+The line is only the trend: each number of rows a recent step had is also timed on its own
+and that time wins where it is known. llama.cpp's kernels are not linear in rows. On a 2-core
+AVX2 CPU (Gemma 3 270M, Q4_K_M) one row takes 17 ms (a vector product), 4 rows 44, 8 rows
+61, 16 rows 83, 32 rows 129, but 5 rows 68 and 6 rows 73: the repacked matrix kernels take
+rows four at a time and the rest one by one. Speculation (speculation.py) uses these times
+to pick draft lengths; a size not stepped recently is estimated from the line, so the sizes
+the line favours get tried, and timed.
 """
 
 from __future__ import annotations
@@ -25,6 +33,9 @@ PRIOR_THRESHOLD = 0.5
 # A prompt token is taken to cost at least this much (a measured 0 would make room for any
 # number of them).
 MIN_TOKEN_SECONDS = 1e-6
+# A size's own time is used while its steps' weight (each step's decaying by STEP_MEMORY at
+# every step recorded since) is at least this: one step's time lasts ~240 steps.
+MIN_SIZE_WEIGHT = 0.3
 
 
 class StepCost:
@@ -39,6 +50,9 @@ class StepCost:
         self._tokens2 = 0.0
         self._token_seconds = 0.0
         self._line: tuple[float, float] | None = None
+        self._steps = 0  # steps without prompt tokens recorded
+        # Per number of rows: (weight, weighted seconds, self._steps when last recorded).
+        self._sizes: dict[int, tuple[float, float, int]] = {}
 
     def record(self, rows: int, seconds: float, prompt_tokens: int = 0) -> None:
         """One generation step: `rows` logit rows and `prompt_tokens` other tokens of
@@ -48,6 +62,12 @@ class StepCost:
             beyond = max(0.0, seconds - (self.generation_seconds(rows) or 0.0))
             self._tokens2 = keep * self._tokens2 + prompt_tokens * prompt_tokens
             self._token_seconds = keep * self._token_seconds + prompt_tokens * beyond
+            return
+        self._steps += 1
+        weight, total, at = self._sizes.get(rows, (0.0, 0.0, self._steps))
+        fade = keep ** (self._steps - at)
+        self._sizes[rows] = (fade * weight + 1.0, fade * total + seconds, self._steps)
+        if rows <= 1:
             return
         self._weight = keep * self._weight + 1.0
         self._rows = keep * self._rows + rows
@@ -73,14 +93,26 @@ class StepCost:
         return self._line
 
     def generation_seconds(self, rows: int) -> float | None:
-        """The expected time of a step of `rows` logit rows and no prompt tokens (the line,
-        or while rows hardly vary, the recent steps' time per row); None before any step."""
+        """The expected time of a step of `rows` logit rows and no prompt tokens: the recent
+        steps of that size's mean, else the line, else the recent steps' time per row; None
+        before any step."""
+        timed = self._size_seconds(rows)
+        if timed is not None:
+            return timed
         line = self.line()
         if line is not None:
             return line[0] + line[1] * rows
-        if self._rows <= 0.0:
+        if self._rows > 0.0:
+            return self._seconds / self._rows * rows
+        one = self._size_seconds(1)
+        return None if one is None else one * rows
+
+    def _size_seconds(self, rows: int) -> float | None:
+        """The mean time of the recent steps of `rows` rows (None: none recent enough)."""
+        weight, total, at = self._sizes.get(rows, (0.0, 0.0, 0))
+        if weight * STEP_MEMORY ** (self._steps - at) < MIN_SIZE_WEIGHT:
             return None
-        return self._seconds / self._rows * rows
+        return total / weight
 
     def fixed_seconds(self) -> float:
         """What a step costs before its rows (0 until it is known)."""

@@ -14,6 +14,7 @@ def test_step_cost_learns_what_a_row_costs():
     for _ in range(20):
         cost.record(1, 0.021)
     assert cost.line() is None, "steps of one row say nothing of a row's cost"
+    assert cost.generation_seconds(1) == pytest.approx(0.021)
     cpu = StepCost()  # ~this machine: 6 ms a step, 14 ms a row
     for rows in [1, 2, 1, 5, 1, 1, 8, 3] * 5:
         cpu.record(rows, 0.006 + 0.014 * rows)
@@ -26,17 +27,17 @@ def test_step_cost_learns_what_a_row_costs():
         gpu.record(rows, 0.010 + 0.0002 * rows)
     assert gpu.threshold(1) < 0.05
     noisy = StepCost()  # more rows took less time: no cost is learned below zero
-    for rows, seconds in [(1, 0.02), (4, 0.01)] * 4:
+    for rows, seconds in [(2, 0.02), (4, 0.01)] * 4:
         noisy.record(rows, seconds)
     assert noisy.threshold(1) == 0.0
 
 
 def test_step_cost_follows_a_change_of_load():
     cost = StepCost()
-    for rows in [1, 4] * 200:
+    for rows in [2, 4] * 200:
         cost.record(rows, 0.010 + 0.001 * rows)
     cheap = cost.threshold(1)
-    for rows in [1, 4] * 400:
+    for rows in [2, 4] * 400:
         cost.record(rows, 0.010 + 0.020 * rows)  # the machine got busy
     assert cheap < 0.15 < 0.6 < cost.threshold(1)
 
@@ -94,3 +95,35 @@ def test_a_row_cost_once_measured_outlasts_steps_of_one_size():
         cost.record(4, 0.006 + 0.014 * 4)
     fixed, per_row = cost.line()
     assert fixed == pytest.approx(0.006) and per_row == pytest.approx(0.014)
+
+
+def cpu_kernels() -> StepCost:
+    """This machine's kernels (Gemma 3 270M, Q4_K_M, 2 cores): one row is a vector product,
+    and matrix rows go four at a time, the rest one by one (see the module docstring)."""
+    cost = StepCost()
+    for rows in [1, 4, 8, 5, 12, 6, 16, 1, 4] * 3:
+        cost.record(rows, 0.017 if rows == 1 else 0.030 + 0.0035 * rows + 0.02 * (rows % 4 > 0))
+    return cost
+
+
+def test_a_size_s_own_time_wins_over_the_line():
+    cost = cpu_kernels()
+    fixed, per_row = cost.line()
+    assert cost.generation_seconds(1) == pytest.approx(0.017)  # not the line's 0.03 or more
+    assert cost.generation_seconds(8) == pytest.approx(0.058)
+    assert cost.generation_seconds(5) == pytest.approx(0.0675)  # slower than 8 rows
+    assert cost.generation_seconds(5) > cost.generation_seconds(8)
+    assert cost.generation_seconds(20) == pytest.approx(fixed + 20 * per_row)  # never stepped
+
+
+def test_a_size_not_stepped_for_long_falls_back_to_the_line():
+    cost = cpu_kernels()
+    fixed, per_row = cost.line()
+    for _ in range(200):
+        cost.record(4, 0.044)
+    assert cost.generation_seconds(5) == pytest.approx(0.0675), "recent enough"
+    for _ in range(300):
+        cost.record(4, 0.044)
+    fixed, per_row = cost.line()
+    assert cost.generation_seconds(5) == pytest.approx(fixed + 5 * per_row)
+    assert cost.generation_seconds(4) == pytest.approx(0.044)

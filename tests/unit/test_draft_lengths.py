@@ -1,0 +1,106 @@
+"""speculation.best_lengths and keeps_pace: how many tokens each sequence of a step drafts,
+from the chances its drafted tokens are kept and the step's measured cost per number of rows
+(pure arithmetic, no model)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from edgeserve.engine.speculation import best_lengths, keeps_pace
+
+Cost = Callable[[int], float]
+
+
+# Milliseconds of one decode of 1, 2, ... 40 rows with logits, measured on this machine
+# (Gemma 3 270M, Q4_K_M, 2 AVX2 cores): one row is a vector product; matrix rows go four at
+# a time, the rest one by one (see step_cost.py).
+CPU_MS = (
+    17, 35, 42, 44, 68, 73, 79, 61, 79, 87, 92, 73, 94, 87, 95, 83, 102, 103, 103, 93,
+    114, 111, 109, 95, 127, 141, 149, 128, 142, 139, 152, 129, 150, 152, 161, 137, 159, 157,
+    175, 152,
+)  # fmt: skip
+
+
+def cpu(rows: int) -> float:
+    return CPU_MS[rows - 1] / 1000
+
+
+def linear(fixed: float, per_row: float) -> Cost:
+    return lambda rows: fixed + per_row * rows
+
+
+def chances(acceptance: float, k: int) -> list[float]:
+    return [acceptance**j for j in range(1, k + 1)]
+
+
+def rate(lengths: Sequence[int], kept: Sequence[Sequence[float]], cost: Cost) -> float:
+    """Expected tokens per second of a step with these drafts."""
+    expected = len(lengths) + sum(sum(c[:k]) for c, k in zip(kept, lengths, strict=True))
+    return expected / cost(len(lengths) + sum(lengths))
+
+
+def all_lengths(kept: Sequence[Sequence[float]]) -> list[tuple[int, ...]]:
+    return list(itertools.product(*(range(len(c) + 1) for c in kept)))
+
+
+def test_a_copying_stream_alone_drafts_long_and_a_guessing_one_not_at_all():
+    copying = best_lengths([chances(0.97, 16)], cpu, 32, 1.0)
+    assert copying[0] in (11, 15), "a draft that ends the step on a multiple of 4 rows"
+    assert best_lengths([chances(0.5, 16)], cpu, 32, 1.0) == [0]
+    # One row more makes a matrix of a vector product: a 1-token draft never pays here.
+    assert best_lengths([chances(0.99, 1)], cpu, 32, 1.0) == [0]
+
+
+def test_rows_are_cheap_on_a_gpu_so_even_unsure_tokens_are_drafted():
+    gpu = linear(0.010, 0.0002)  # a row is 2% of a 4-stream step
+    # The third token (kept 12.5% of the time) adds more than the step's mean per row, the
+    # fourth (6%) less.
+    assert best_lengths([chances(0.5, 8)] * 4, gpu, 32, 1.0) == [3, 3, 3, 3]
+    # On the CPU 8 rows cost 32% more than 4: one token each pays when kept half the time,
+    # not when kept 30% of the time.
+    assert best_lengths([chances(0.5, 8)] * 4, cpu, 32, 1.0) == [1, 1, 1, 1]
+    assert best_lengths([chances(0.3, 8)] * 4, cpu, 32, 1.0) == [0, 0, 0, 0]
+
+
+def test_at_most_most_rows_in_all():
+    lengths = best_lengths([chances(1.0, 16)] * 4, linear(0.01, 0.0001), 10, 1.0)
+    assert sum(lengths) == 10
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_without_the_pace_rule_the_lengths_are_the_best_there_are(seed):
+    rng = random.Random(seed)
+    kept = [chances(rng.uniform(0.2, 1.0), rng.randint(0, 4)) for _ in range(rng.randint(1, 3))]
+    table = {rows: rng.uniform(0.01, 0.05) + 0.004 * rows for rows in range(1, 16)}
+    lengths = best_lengths(kept, table.__getitem__, 64, float("inf"))
+    best = max(rate(option, kept, table.__getitem__) for option in all_lengths(kept))
+    assert rate(lengths, kept, table.__getitem__) == pytest.approx(best)
+    assert all(0 <= k <= len(c) for k, c in zip(lengths, kept, strict=True))
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_the_lengths_keep_every_stream_s_pace(seed):
+    rng = random.Random(seed)
+    kept = [chances(rng.uniform(0.0, 1.0), rng.randint(0, 8)) for _ in range(rng.randint(2, 5))]
+    share = rng.choice([0.05, 0.5, 1.0])
+    lengths = best_lengths(kept, cpu, 32, share)
+    assert keeps_pace(lengths, kept, cpu, share)
+    assert rate(lengths, kept, cpu) >= rate([0] * len(kept), kept, cpu)
+
+
+@pytest.mark.parametrize(("share", "most"), [(0.05, 1), (0.5, 5), (1.0, 13)])
+def test_a_stream_that_drafts_nothing_is_slowed_by_at_most_the_share(share, most):
+    copying = chances(1.0, 16)
+    lengths = best_lengths([copying, copying, []], cpu, 32, share)
+    assert cpu(3 + sum(lengths)) <= (1 + share) * cpu(3)
+    assert sum(lengths) == most
+    assert best_lengths([copying] * 3, cpu, 32, share) == [7, 7, 7], "all gain: 24 rows, 95 ms"
+
+
+def test_keeps_pace_alone_always():
+    assert keeps_pace([16], [chances(0.1, 16)], cpu, 0.0)
+    assert not keeps_pace([4, 0], [chances(0.1, 4), []], cpu, 0.5)
