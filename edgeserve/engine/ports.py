@@ -293,6 +293,16 @@ class Backend(KvCache, Protocol):
         """Free the scoring and embeddings contexts (made again on their next use)."""
         ...
 
+    @property
+    def holds_output_pages(self) -> bool:
+        """True while the logit rows of a generation decode may be resident."""
+        ...
+
+    def release_output_pages(self) -> None:
+        """Hand the generation context's logit rows back to the system (while idle: the next
+        decode writes the rows it uses)."""
+        ...
+
     def reset(self) -> None:
         """Make a fresh generation context (after a broken decode); every sequence is empty."""
         ...

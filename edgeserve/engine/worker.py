@@ -8,8 +8,8 @@ scheduler's steps; `Engine` is its facade for every other thread.
 - `submit` and `cancel` (any thread) only append to the inbox (inbox.py); the thread takes
   both at the start of each step (stepper.py). With no live work it waits on the inbox: it
   never spins. An idle engine that gets a request waits `BURST_WINDOW_S` so a burst shares
-  its first step. Idle housekeeping (freeing the scoring and embeddings contexts) runs
-  outside the inbox's lock.
+  its first step. Idle housekeeping (freeing the scoring and embeddings contexts, handing the
+  logit rows' pages back) runs outside the inbox's lock.
 - Grammar-constrained sampling runs on grammar threads (generating.py), so a slow grammar
   delays only its own answer.
 - Results reach each request's event loop with one `call_soon_threadsafe` per loop per step
@@ -57,6 +57,9 @@ log = logging.getLogger("edgeserve.engine")
 
 # The scoring and embeddings contexts are freed after this long without a decode in them.
 SCORE_CONTEXT_IDLE_S = 30.0
+# The generation context's logit rows (a MiB each on a 262k vocabulary, up to one per sequence
+# and drafted token) go back to the system after this long without a step.
+OUTPUT_PAGES_IDLE_S = 0.5
 # The requests of a burst reach an idle engine a few ms apart; it waits this long after the
 # first so that their prompts share the first step instead of queueing behind one prefill.
 BURST_WINDOW_S = 0.01
@@ -99,6 +102,7 @@ class Engine:
             draft_model=config.draft_model_path,
         )
         self._step_started: float | None = None
+        self._last_step = 0.0  # time.monotonic() at the end of the last step
         self._prepare = ThreadPoolExecutor(PREPARE_THREADS, thread_name_prefix="edgeserve-prep")
         self._grammar = ThreadPoolExecutor(GRAMMAR_THREADS, thread_name_prefix="edgeserve-grammar")
         self._thread = threading.Thread(target=self._run, name="edgeserve-engine", daemon=True)
@@ -314,17 +318,32 @@ class Engine:
         self._ready().step()
 
     def housekeeping(self) -> None:
-        """While idle: free the scoring and embeddings contexts once unused for
-        SCORE_CONTEXT_IDLE_S (the thread calls it outside the inbox's lock)."""
+        """While idle (the thread calls it outside the inbox's lock): free the scoring and
+        embeddings contexts once unused for SCORE_CONTEXT_IDLE_S, and hand the generation
+        context's logit rows back to the system OUTPUT_PAGES_IDLE_S after the last step."""
         stepper = self._ready()
-        if self._housekeeping_due(stepper) == 0.0:
-            stepper.state.backend.release_score_context()
+        backend = stepper.state.backend
+        now = time.monotonic()
+        if self._score_context_due(stepper, now) == 0.0:
+            backend.release_score_context()
+        if self._output_pages_due(stepper, now) == 0.0:
+            backend.release_output_pages()
 
     def _housekeeping_due(self, stepper: Stepper) -> float | None:
         """Seconds until idle housekeeping is due (None: nothing to do)."""
+        now = time.monotonic()
+        dues = [self._score_context_due(stepper, now), self._output_pages_due(stepper, now)]
+        return min((due for due in dues if due is not None), default=None)
+
+    def _score_context_due(self, stepper: Stepper, now: float) -> float | None:
         if not stepper.state.backend.holds_score_context:
             return None
-        return max(0.0, stepper.scoring.idle_since + SCORE_CONTEXT_IDLE_S - time.monotonic())
+        return max(0.0, stepper.scoring.idle_since + SCORE_CONTEXT_IDLE_S - now)
+
+    def _output_pages_due(self, stepper: Stepper, now: float) -> float | None:
+        if not stepper.state.backend.holds_output_pages:
+            return None
+        return max(0.0, self._last_step + OUTPUT_PAGES_IDLE_S - now)
 
     def _run(self) -> None:
         if not self.load():
@@ -335,6 +354,7 @@ class Engine:
                 self._step_started = time.monotonic()
                 stepper.step()
                 self._step_started = None
+                self._last_step = time.monotonic()
         except Exception:
             log.exception("engine thread crashed")
             stepper.fail_all(EngineFault("the engine stopped after an internal error"))

@@ -7,6 +7,7 @@ logits do not depend on the batch: tests/unit/test_speculation_fake_backend.py.)
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -98,3 +99,36 @@ async def test_n_choices_draft_independently(client, engine):
         c["finish_reason"] == "stop" for c in data["choices"]
     )
     await assert_engine_idle(engine)
+
+
+async def test_an_idle_engine_hands_its_logit_rows_back(client, engine, monkeypatch):
+    # A drafting step asks for a logit row per drafted token: llama.cpp grows its output
+    # buffer to that many rows (a MiB each on Gemma's 262k vocabulary) and zeroes them, so
+    # they stay resident unless handed back.
+    from edgeserve.engine import worker
+
+    row_pages = 262144 * 4 // 4096
+    monkeypatch.setattr(worker, "OUTPUT_PAGES_IDLE_S", 3600.0)
+    request = body(max_tokens=40, temperature=0)
+    before = await (await client.post(CHAT, json=request)).json()
+    await assert_engine_idle(engine)
+    assert engine.backend.resident_output_pages() > 2 * row_pages, "the rows of a drafted step"
+    monkeypatch.setattr(worker, "OUTPUT_PAGES_IDLE_S", 0.0)
+    engine.housekeeping()  # the engine thread waits, idle, with the old due time
+    assert not engine.backend.holds_output_pages
+    assert engine.backend.resident_output_pages() == 0
+    after = await (await client.post(CHAT, json=request)).json()
+    assert after["choices"][0]["message"] == before["choices"][0]["message"]
+
+
+async def test_the_engine_thread_hands_the_rows_back_half_a_second_after_its_last_step(
+    client, engine
+):
+    resp = await client.post(CHAT, json=body(max_tokens=24, temperature=0))
+    assert resp.status == 200
+    for _ in range(100):
+        await asyncio.sleep(0.05)
+        if not engine.backend.holds_output_pages:
+            break
+    assert not engine.backend.holds_output_pages, "released after OUTPUT_PAGES_IDLE_S"
+    assert engine.backend.resident_output_pages() == 0

@@ -417,6 +417,11 @@ class FakeBackend:
     def release_score_context(self) -> None:
         self.holds_score_context = False
 
+    holds_output_pages = False  # nothing native to hand back
+
+    def release_output_pages(self) -> None:
+        return
+
     def reset(self) -> None:
         self.resets += 1
         self._seqs = {s: [] for s in range(self.n_seq)}

@@ -99,6 +99,10 @@ class LlamaBackend:
         self.n_gpu_layers = model.n_gpu_layers
         self.batch = TokenBatch(model.n_ctx if model.is_classifier else config.n_batch)
         self._cells = CellLedger()
+        # The most logit rows a generation decode has asked for since the context was made
+        # (what llama.cpp's output buffer holds at least), and whether any may be resident.
+        self._output_rows = 0
+        self._output_pages = False
 
     # ---- LoRA adapters ----------------------------------------------------------------------
 
@@ -122,6 +126,8 @@ class LlamaBackend:
         rc = self.batch.decode(self.model.ctx)
         if rc == 0:
             lc.llama_synchronize(self.model.ctx)
+            self._output_rows = max(self._output_rows, self.batch.outputs)
+            self._output_pages = True
             for seq, pos, n in self.batch.runs:
                 self._cells.stored(seq, pos, n)
         return rc
@@ -289,11 +295,27 @@ class LlamaBackend:
         self.model.release_score_context()
         self.embedder.release_score_context()
 
+    @property
+    def holds_output_pages(self) -> bool:
+        """True while logit rows of a generation decode may be resident."""
+        return self._output_pages
+
+    def release_output_pages(self) -> None:
+        """Hand the generation context's logit rows back to the system while idle."""
+        self.model.drop_output_pages(self._output_rows)
+        self._output_pages = False
+
+    def resident_output_pages(self) -> int:
+        """Resident pages of the generation context's logit rows (for tests)."""
+        return self.model.resident_output_pages(self._output_rows)
+
     # ---- life -------------------------------------------------------------------------------
 
     def reset(self) -> None:
         """A fresh generation context in place of a broken one."""
         self._cells.clear()
+        self._output_rows = 0
+        self._output_pages = False
         self.model.recreate_context()
 
     def close(self) -> None:

@@ -65,6 +65,11 @@ class TokenBatch:
         self.runs.append((seq, start_pos, k))
         return i
 
+    @property
+    def outputs(self) -> int:
+        """How many of the tokens added so far ask for a logit row."""
+        return int(np.count_nonzero(self._logits[: self.n]))
+
     def decode(self, ctx: lc.llama_context_p) -> int:
         """Run `llama_decode` on the tokens added so far; return its status code."""
         self.raw.n_tokens = self.n
