@@ -293,6 +293,11 @@ class Backend(KvCache, Protocol):
         """Free the scoring and embeddings contexts (made again on their next use)."""
         ...
 
+    def time_steps(self, sizes: Sequence[int]) -> list[tuple[int, float]]:
+        """(rows, seconds) of a generation step of each of `sizes` logit rows, decoded in the
+        empty context on a quiet machine and removed ([] where steps are not a machine's)."""
+        ...
+
     @property
     def holds_output_pages(self) -> bool:
         """True while the logit rows of a generation decode may be resident."""

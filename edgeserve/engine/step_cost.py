@@ -16,8 +16,11 @@ and that time wins where it is known. llama.cpp's kernels are not linear in rows
 AVX2 CPU (Gemma 3 270M, Q4_K_M) one row takes 17 ms (a vector product), 4 rows 44, 8 rows
 61, 16 rows 83, 32 rows 129, but 5 rows 68 and 6 rows 73: the repacked matrix kernels take
 rows four at a time and the rest one by one. Speculation (speculation.py) uses these times
-to pick draft lengths; a size not stepped recently is estimated from the line, so the sizes
-the line favours get tried, and timed.
+to pick draft lengths. A size not stepped recently is estimated from a curve the engine
+times when it loads, on a quiet machine (`calibrate`: steps of 1, 4, 8 and 16 rows), scaled by
+how much slower the recent steps ran than that curve says; a line fitted on a few small sizes
+would say long drafts cost far more than they do. Without a curve (a backend that cannot time
+steps), the line stands in.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ MIN_TOKEN_SECONDS = 1e-6
 # A size's own time is used while its steps' weight (each step's decaying by STEP_MEMORY at
 # every step recorded since) is at least this: one step's time lasts ~240 steps.
 MIN_SIZE_WEIGHT = 0.3
+# The sizes (logit rows) of the steps timed when the engine loads (`StepCost.calibrate`).
+CALIBRATION_ROWS = (1, 4, 8, 16)
 
 
 class StepCost:
@@ -51,6 +56,9 @@ class StepCost:
         self._token_seconds = 0.0
         self._line: tuple[float, float] | None = None
         self._steps = 0  # steps without prompt tokens recorded
+        self._curve: list[tuple[int, float]] = []  # (rows, seconds) timed at load, by rows
+        self._load_weight = 0.0  # recent steps' time over the curve's: weighted sums
+        self._load_ratio = 0.0
         # Per number of rows: (weight, weighted seconds, self._steps when last recorded).
         self._sizes: dict[int, tuple[float, float, int]] = {}
 
@@ -64,6 +72,9 @@ class StepCost:
             self._token_seconds = keep * self._token_seconds + prompt_tokens * beyond
             return
         self._steps += 1
+        if self._curve:
+            self._load_weight = keep * self._load_weight + 1.0
+            self._load_ratio = keep * self._load_ratio + seconds / self._on_curve(rows)
         weight, total, at = self._sizes.get(rows, (0.0, 0.0, self._steps))
         fade = keep ** (self._steps - at)
         self._sizes[rows] = (fade * weight + 1.0, fade * total + seconds, self._steps)
@@ -99,6 +110,9 @@ class StepCost:
         timed = self._size_seconds(rows)
         if timed is not None:
             return timed
+        if self._curve:
+            load = self._load_ratio / self._load_weight if self._load_weight else 1.0
+            return self._on_curve(rows) * load
         line = self.line()
         if line is not None:
             return line[0] + line[1] * rows
@@ -106,6 +120,25 @@ class StepCost:
             return self._seconds / self._rows * rows
         one = self._size_seconds(1)
         return None if one is None else one * rows
+
+    def calibrate(self, timed: list[tuple[int, float]]) -> None:
+        """Steps of several sizes, (rows, seconds), timed on a quiet machine: the curve that
+        stands in for sizes not stepped recently (recorded as steps too)."""
+        self._curve = sorted((rows, max(seconds, MIN_TOKEN_SECONDS)) for rows, seconds in timed)
+        for rows, seconds in self._curve:
+            self.record(rows, seconds)
+
+    def _on_curve(self, rows: int) -> float:
+        """The calibration curve at `rows`: linear between its points, and past its ends
+        along its first or last segment (never below a microsecond)."""
+        curve = self._curve
+        if len(curve) == 1:
+            return curve[0][1] * max(1, rows) / curve[0][0]
+        i = 1
+        while i < len(curve) - 1 and curve[i][0] < rows:
+            i += 1
+        (r0, t0), (r1, t1) = curve[i - 1], curve[i]
+        return max(MIN_TOKEN_SECONDS, t0 + (t1 - t0) * (rows - r0) / (r1 - r0))
 
     def _size_seconds(self, rows: int) -> float | None:
         """The mean time of the recent steps of `rows` rows (None: none recent enough)."""

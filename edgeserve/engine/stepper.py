@@ -23,6 +23,7 @@ from edgeserve.engine.planning import EmbedPlan, MediaPlan, ScorePlan
 from edgeserve.engine.policy import InvariantError
 from edgeserve.engine.ports import Backend
 from edgeserve.engine.score_steps import ScoreSteps
+from edgeserve.engine.step_cost import CALIBRATION_ROWS
 from edgeserve.engine.types import EngineConfig, EngineStats
 from edgeserve.errors import (
     AdapterInUse,
@@ -50,6 +51,9 @@ class Stepper:
         self.config = config
         self.adapters = adapters
         self.state = Loaded(backend, config)
+        if config.draft_max > 0 and not backend.is_classifier:
+            cost = self.state.scheduler.planner.step_cost
+            cost.calibrate(backend.time_steps(CALIBRATION_ROWS))
         self.inbox = inbox
         self.generating = Generating(self.state, grammar, inbox.wake)
         self.scoring = ScoreSteps(self.state)

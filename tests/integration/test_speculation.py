@@ -132,3 +132,12 @@ async def test_the_engine_thread_hands_the_rows_back_half_a_second_after_its_las
             break
     assert not engine.backend.holds_output_pages, "released after OUTPUT_PAGES_IDLE_S"
     assert engine.backend.resident_output_pages() == 0
+
+
+def test_the_engine_times_steps_of_several_sizes_when_it_loads(engine):
+    # The curve speculation starts from: on this CPU 16 rows cost a few times one row, far
+    # less than 16 times (llama.cpp multiplies several rows as a matrix).
+    cost = engine.scheduler.planner.step_cost
+    one, sixteen = cost.generation_seconds(1), cost.generation_seconds(16)
+    assert one is not None and sixteen is not None
+    assert one < sixteen < 8 * one

@@ -419,6 +419,9 @@ class FakeBackend:
 
     holds_output_pages = False  # nothing native to hand back
 
+    def time_steps(self, sizes: Sequence[int]) -> list[tuple[int, float]]:
+        return []  # its decode times are not a machine's
+
     def release_output_pages(self) -> None:
         return
 

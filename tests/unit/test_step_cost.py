@@ -127,3 +127,27 @@ def test_a_size_not_stepped_for_long_falls_back_to_the_line():
     fixed, per_row = cost.line()
     assert cost.generation_seconds(5) == pytest.approx(fixed + 5 * per_row)
     assert cost.generation_seconds(4) == pytest.approx(0.044)
+
+
+def test_a_curve_timed_at_load_stands_in_for_sizes_not_stepped_lately():
+    # Steps of 3 and 5 rows only (drafts of 2 and 4 at one stream), the 5 slow (a row past a
+    # multiple of 4): a line through them says 16 rows cost 15 ms a row, 240 ms, nearly three
+    # times what they do. The curve timed at load knows better, scaled by the load now.
+    stuck = StepCost()
+    for rows in [3, 5, 3, 3] * 20:
+        stuck.record(rows, 0.039 if rows == 3 else 0.069)
+    assert stuck.generation_seconds(16) == pytest.approx(16 * 0.015)
+    cost = StepCost()
+    cost.calibrate([(1, 0.017), (4, 0.044), (8, 0.061), (16, 0.083)])
+    assert cost.generation_seconds(16) == pytest.approx(0.083)
+    assert cost.generation_seconds(12) == pytest.approx(0.072)  # between 8 and 16
+    assert cost.generation_seconds(32) == pytest.approx(0.127)  # along the last segment
+    for _ in range(300):
+        cost.record(3, 0.039)
+        cost.record(5, 0.069)
+    assert cost.generation_seconds(3) == pytest.approx(0.039)  # its own time
+    # (3 and 5 rows took 1.1 and 1.4 times the curve's, so 16 rows are taken to be slower too)
+    assert cost.generation_seconds(16) == pytest.approx(0.105, rel=0.01)
+    for _ in range(1000):  # the machine got twice as slow: the curve follows
+        cost.record(4, 0.088)
+    assert cost.generation_seconds(16) == pytest.approx(2 * 0.083, rel=0.05)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Sequence
 
 import llama_cpp as lc
@@ -34,6 +35,9 @@ from edgeserve.engine.types import (
 from edgeserve.errors import InvalidMedia
 
 log = logging.getLogger("edgeserve.engine")
+
+# The token a timing step repeats (what it reads does not change what a decode costs).
+CALIBRATION_TOKEN = 100
 
 
 class LlamaBackend:
@@ -131,6 +135,30 @@ class LlamaBackend:
             for seq, pos, n in self.batch.runs:
                 self._cells.stored(seq, pos, n)
         return rc
+
+    def time_steps(self, sizes: Sequence[int]) -> list[tuple[int, float]]:
+        """Time a generation step of each of `sizes` logit rows in the empty context (one
+        untimed step first: the first decode pays for page faults), leaving it empty (see
+        Backend.time_steps)."""
+        timed: list[tuple[int, float]] = []
+        memory = self.model.memory
+        for i, rows in enumerate([sizes[0], *sizes]):
+            rows = min(rows, self.batch.capacity)
+            self.batch.clear()
+            self.batch.add_span([CALIBRATION_TOKEN] * rows, 0, 0, range(rows))
+            started = time.perf_counter()
+            rc = self.batch.decode(self.model.ctx)
+            lc.llama_synchronize(self.model.ctx)
+            seconds = time.perf_counter() - started
+            lc.llama_memory_seq_rm(memory, 0, -1, -1)
+            if rc != 0:
+                break
+            self._output_rows = max(self._output_rows, rows)
+            self._output_pages = True
+            if i:
+                timed.append((rows, seconds))
+        self.batch.clear()
+        return timed
 
     def media_room(self, non_causal: bool) -> int:
         """One batch, or one micro-batch for non-causal positions (see Backend.media_room)."""
