@@ -52,7 +52,7 @@ from edgeserve.engine.speculation import (
     draft_room,
     keeps_pace,
 )
-from edgeserve.engine.step_cost import StepCost
+from edgeserve.engine.step_cost import PRIOR_THRESHOLD, StepCost
 from edgeserve.engine.types import AdapterSet, EngineConfig
 
 # Tokens (and logit rows) per score decode: a multiple of the CPU kernels' row blocks, so a
@@ -319,6 +319,14 @@ class Planner:
         if not drafting:
             return drafts
         sequences = len(stepping)
+        # A seeded sampled answer drafts by its own acceptance against the prior threshold,
+        # not by the measured costs, which change with whatever else ran: llama.cpp gives a
+        # row slightly different values in a batch of another shape, so the same seed would
+        # otherwise sample differently from run to run.
+        seeded = [entry for entry in drafting if entry[1].request.params.seeded]
+        if seeded:
+            drafting = [entry for entry in drafting if not entry[1].request.params.seeded]
+            spare -= self._threshold_drafts(drafts, seeded, sequences, spare, PRIOR_THRESHOLD)
         if self.draft_model is None and self.step_cost.line() is not None:
             self._best_ngram_drafts(drafts, drafting, sequences, min(spare, STEP_ROWS))
         else:
@@ -365,17 +373,21 @@ class Planner:
         drafting: list[tuple[int, Job, Choice, int]],
         sequences: int,
         spare: int,
-    ) -> None:
+        threshold: float | None = None,
+    ) -> int:
         """Fill `drafts` with each sequence's positions whose chance of being kept is above
-        the threshold (`StepCost.threshold`, raised by a draft model's own cost), at most
-        `draft_room` each and, beside other streams, DRAFT_SHARE of the step in all; a draft
-        model is asked once for all of them."""
+        `threshold` (by default `StepCost.threshold`, raised by a draft model's own cost), at
+        most `draft_room` each and, beside other streams, DRAFT_SHARE of the step in all; a
+        draft model is asked once for all of them. Returns the tokens drafted."""
         room = draft_room(sequences, self.draft_max)
-        threshold = self.step_cost.threshold(sequences)
+        given = threshold
+        threshold = self.step_cost.threshold(sequences) if given is None else given
         if self.draft_model is not None:
             step_s = self.step_cost.generation_seconds(max(1, sequences))
             threshold += self.draft_model.step_share(step_s)
-        spare = min(spare, self._draft_rows_beside(sequences))
+        if given is None:
+            spare = min(spare, self._draft_rows_beside(sequences))
+        drafted = 0
         wants: list[tuple[int, DraftWant]] = []
         for i, job, choice, limit in drafting:
             assert choice.drafter is not None
@@ -383,13 +395,16 @@ class Planner:
             if isinstance(choice.drafter, Drafter):
                 drafts[i] = choice.drafter.draft(choice.generated, limit, threshold)
                 spare -= len(drafts[i])
+                drafted += len(drafts[i])
             elif k := choice.drafter.want(limit, threshold):
                 wants.append((i, DraftWant(choice.seq_id, job.tokens + choice.generated, k)))
                 spare -= k
+                drafted += k
         if wants and self.draft_model is not None:
             made = self.draft_model.draft([want for _, want in wants])
             for (i, _), draft in zip(wants, made, strict=True):
                 drafts[i] = draft
+        return drafted
 
 
 class AdapterTurns:

@@ -102,6 +102,11 @@ class SamplingParams:
         """True when sampling reduces to arg-max."""
         return not self.do_sample or self.temperature <= 0.0
 
+    @property
+    def seeded(self) -> bool:
+        """True when a seed asks for a sampled answer that repeats from run to run."""
+        return self.seed is not None and not self.greedy
+
 
 @dataclass(frozen=True)
 class ChatPrompt:

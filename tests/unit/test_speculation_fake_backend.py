@@ -326,3 +326,30 @@ def test_a_stream_alone_drafts_what_pays(monkeypatch):
     assert 0 < pays < 8 and drafted_rows(h.backend.decodes[-1]) == pays
     h.run_until_idle()
     h.assert_clean()
+
+
+class MeasuredGpu(UnmeasuredCost):
+    """Step costs where rows are cheap, measured once: 10 ms a step, 0.2 ms a row."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        for rows in range(1, 41):
+            StepCost.record(self, rows, 0.010 + 0.0002 * rows)
+
+
+def test_a_seeded_sampled_answer_drafts_by_its_own_acceptance(monkeypatch):
+    # On the real CPU build a row's values depend on the batch's shape, and the measured
+    # costs on what else ran: a seeded sampled answer drafts against the prior threshold,
+    # so the same seed drafts alike, and samples alike, whatever the costs say.
+    monkeypatch.setattr(NgramIndex, "continuation", oracle(64))
+    runs = []
+    for cost in (MeasuredCpu, MeasuredGpu):
+        monkeypatch.setattr(Harness, "cost", cost)
+        events, h = run(REPEATING, 8, max_tokens=30, temperature=1.0, seed=7)
+        assert h.engine.stats().draft_tokens > 0
+        runs.append((h.backend.decodes, answers(events)))
+    assert runs[0] == runs[1]
+    for cost in (MeasuredCpu, MeasuredGpu):  # unseeded, the costs decide
+        monkeypatch.setattr(Harness, "cost", cost)
+        runs.append(run(REPEATING, 8, max_tokens=30, temperature=1.0)[1].backend.decodes)
+    assert [len(d) for d in runs[2]] != [len(d) for d in runs[3]]
