@@ -7,8 +7,7 @@ positions, see checkpoints.py): up to the batch's room while nothing generates, 
 prompt tokens as keep the step within (1 + PREFILL_SHARE) times what it costs without them
 (`StepCost`, measured), and at least `prefill_chunk`: a newcomer's prefill holds running
 streams for about one more step's time per step instead of for its whole prompt. Drafted
-tokens (speculation.py, draft_model.py) ride in the same decode, within DRAFT_SHARE of it
-beside other streams.
+tokens ride in the same decode, as many as draft_sizing.py decides.
 An image or audio clip in a prompt is decoded in a step of its own (`MediaPlan`: its
 embeddings, all in one micro-batch, non-causal where the projector says so); media steps
 alternate with generation steps while other streams run, and a prompt's tokens never run into
@@ -31,7 +30,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from edgeserve.engine.draft_model import DraftModel, DraftWant, batch_size
+from edgeserve.engine.draft_model import DraftModel, batch_size
+from edgeserve.engine.draft_sizing import DraftSizer
 from edgeserve.engine.jobs import (
     EMBED_CHUNK,
     EMBED_MAX_SEQS,
@@ -44,15 +44,8 @@ from edgeserve.engine.jobs import (
 )
 from edgeserve.engine.ports import Batch, DecodeLimits, EmbedSpan
 from edgeserve.engine.scoring import TextState
-from edgeserve.engine.speculation import (
-    STEP_ROWS,
-    Drafter,
-    DraftPace,
-    best_lengths,
-    draft_room,
-    keeps_pace,
-)
-from edgeserve.engine.step_cost import PRIOR_THRESHOLD, StepCost
+from edgeserve.engine.speculation import STEP_ROWS
+from edgeserve.engine.step_cost import StepCost
 from edgeserve.engine.types import AdapterSet, EngineConfig
 
 # Tokens (and logit rows) per score decode: a multiple of the CPU kernels' row blocks, so a
@@ -67,12 +60,6 @@ EMBED_CHUNK_BESIDE_STREAMS = SCORE_CHUNK_BESIDE_STREAMS
 # Beside running streams, a step's prompt tokens may add this share of what the step costs
 # without them (1.0: a stream's next token comes at most about twice as late).
 PREFILL_SHARE = 1.0
-# Beside other streams, drafts may slow a stream's expected tokens per second by at most this
-# share (`speculation.keeps_pace`): a stream that drafts nothing gets its next token at most
-# twice as late, while streams that copy (and keep most of what they draft) may draft long.
-DRAFT_SHARE = 1.0
-# A step is taken to cost at least this much (a measured 0 would make any draft free).
-MIN_STEP_SECONDS = 1e-6
 
 
 def decode_limits(config: EngineConfig) -> DecodeLimits:
@@ -169,8 +156,7 @@ class Planner:
         self.n_ctx = n_ctx
         self.checkpoint_spacing = checkpoint_spacing
         self.prefill_chunk = max(1, prefill_chunk)
-        self.draft_max = draft_max
-        self.draft_model = draft_model  # drafts in place of n-gram lookups when set
+        self.draft_sizer = DraftSizer(n_ctx, draft_max, draft_model)
         self.step_cost = StepCost()
         self.adapter_turns = AdapterTurns()
         self._score_turn = True
@@ -224,7 +210,7 @@ class Planner:
                 prefilling.append(job)
                 continue
             stepping += [(job, c) for c in job.choices if not c.done and c.pending is None]
-        drafts = self._drafts(stepping, batch.room - len(stepping) - 1)
+        drafts = self.draft_sizer.drafts(stepping, batch.room - len(stepping) - 1, self.step_cost)
         for (job, choice), draft in zip(stepping, drafts, strict=True):
             row = batch.add(choice.last_token, choice.n_past, choice.seq_id, True)
             if draft:
@@ -265,17 +251,6 @@ class Planner:
             plan.prefills.append((job, take, start + take - 1 if last else None))
         return plan
 
-    def _draft_rows_beside(self, sequences: int) -> int:
-        """Drafted rows a step of `sequences` next tokens may carry in all: a sequence alone
-        drafts what pays for itself, but beside others its drafts may add only DRAFT_SHARE
-        to the step (each row delays every other stream's next token). Unbounded until a
-        row's cost is measured."""
-        per_row = self.step_cost.row_seconds()
-        step = self.step_cost.generation_seconds(sequences)
-        if sequences <= 1 or per_row <= 0.0 or step is None:
-            return STEP_ROWS
-        return int(DRAFT_SHARE * step / per_row)
-
     def _prefill_budget(self, rows: int) -> int:
         """Prompt tokens a step may take beside `rows` logit rows of running streams: as
         many as keep it within (1 + PREFILL_SHARE) times its cost without them, at least
@@ -293,118 +268,6 @@ class Planner:
         if not per_token:
             return 0
         return round(self.step_cost.row_seconds() / per_token)
-
-    def _drafts(self, stepping: list[tuple[Job, Choice]], spare: int) -> list[list[int]]:
-        """The tokens each stepping choice drafts this step, in order (see speculation.py),
-        at most `spare` in all (the batch's room): none for a grammar's detached sampler or
-        (with a draft model) a prompt with media, and never past `draft_max`, the answer's
-        token limit or the context. N-gram drafts take the lengths that pay best once a
-        row's cost is measured (`_best_ngram_drafts`); a draft model's, or n-gram drafts
-        before that, the positions above the threshold (`_threshold_drafts`)."""
-        drafts: list[list[int]] = [[] for _ in stepping]
-        drafting: list[tuple[int, Job, Choice, int]] = []
-        for i, (job, choice) in enumerate(stepping):
-            if self.draft_max <= 0 or choice.sampler.detached:
-                continue
-            if self.draft_model is not None and job.prompt.media:
-                continue  # the draft model reads tokens; a media item has none
-            if choice.drafter is None:
-                choice.drafter = DraftPace() if self.draft_model else Drafter(job.tokens)
-            limit = min(
-                self.draft_max,
-                job.prompt.max_new - choice.n_gen - 1,
-                self.n_ctx - choice.n_past - 2,
-            )
-            drafting.append((i, job, choice, limit))
-        if not drafting:
-            return drafts
-        sequences = len(stepping)
-        # A seeded sampled answer drafts by its own acceptance against the prior threshold,
-        # not by the measured costs, which change with whatever else ran: llama.cpp gives a
-        # row slightly different values in a batch of another shape, so the same seed would
-        # otherwise sample differently from run to run.
-        seeded = [entry for entry in drafting if entry[1].request.params.seeded]
-        if seeded:
-            drafting = [entry for entry in drafting if not entry[1].request.params.seeded]
-            spare -= self._threshold_drafts(drafts, seeded, sequences, spare, PRIOR_THRESHOLD)
-        if self.draft_model is None and self.step_cost.line() is not None:
-            self._best_ngram_drafts(drafts, drafting, sequences, min(spare, STEP_ROWS))
-        else:
-            self._threshold_drafts(drafts, drafting, sequences, spare)
-        return drafts
-
-    def _best_ngram_drafts(
-        self,
-        drafts: list[list[int]],
-        drafting: list[tuple[int, Job, Choice, int]],
-        sequences: int,
-        most: int,
-    ) -> None:
-        """Fill `drafts` with the n-gram drafts of the lengths that give the step the most
-        expected tokens per second (`speculation.best_lengths`, from each sequence's
-        acceptance and the measured step costs); a sequence none of whose tokens pay
-        probes now and then (`DraftPace.settle`), while the step stays within the limit
-        that protects the others' pace."""
-        cost = self.step_cost
-
-        def step_seconds(rows: int) -> float:
-            return max(MIN_STEP_SECONDS, cost.generation_seconds(rows) or 0.0)
-
-        candidates: dict[int, list[int]] = {}
-        chances: list[list[float]] = [[] for _ in range(sequences)]
-        for i, _, choice, limit in drafting:
-            assert isinstance(choice.drafter, Drafter)
-            candidates[i] = choice.drafter.lookup(choice.generated, limit)
-            chances[i] = choice.drafter.chances(len(candidates[i]))
-        lengths = best_lengths(chances, step_seconds, most, DRAFT_SHARE)
-        for i, _, choice, _ in drafting:
-            assert isinstance(choice.drafter, Drafter)
-            chosen = lengths[i]
-            lengths[i] = choice.drafter.settle(len(candidates[i]), chosen)
-            if lengths[i] > chosen and (
-                sum(lengths) > most or not keeps_pace(lengths, chances, step_seconds, DRAFT_SHARE)
-            ):
-                lengths[i] = chosen  # no room for the probe this step
-            drafts[i] = candidates[i][: lengths[i]]
-
-    def _threshold_drafts(
-        self,
-        drafts: list[list[int]],
-        drafting: list[tuple[int, Job, Choice, int]],
-        sequences: int,
-        spare: int,
-        threshold: float | None = None,
-    ) -> int:
-        """Fill `drafts` with each sequence's positions whose chance of being kept is above
-        `threshold` (by default `StepCost.threshold`, raised by a draft model's own cost), at
-        most `draft_room` each and, beside other streams, DRAFT_SHARE of the step in all; a
-        draft model is asked once for all of them. Returns the tokens drafted."""
-        room = draft_room(sequences, self.draft_max)
-        given = threshold
-        threshold = self.step_cost.threshold(sequences) if given is None else given
-        if self.draft_model is not None:
-            step_s = self.step_cost.generation_seconds(max(1, sequences))
-            threshold += self.draft_model.step_share(step_s)
-        if given is None:
-            spare = min(spare, self._draft_rows_beside(sequences))
-        drafted = 0
-        wants: list[tuple[int, DraftWant]] = []
-        for i, job, choice, limit in drafting:
-            assert choice.drafter is not None
-            limit = min(limit, room, spare)
-            if isinstance(choice.drafter, Drafter):
-                drafts[i] = choice.drafter.draft(choice.generated, limit, threshold)
-                spare -= len(drafts[i])
-                drafted += len(drafts[i])
-            elif k := choice.drafter.want(limit, threshold):
-                wants.append((i, DraftWant(choice.seq_id, job.tokens + choice.generated, k)))
-                spare -= k
-                drafted += k
-        if wants and self.draft_model is not None:
-            made = self.draft_model.draft([want for _, want in wants])
-            for (i, _), draft in zip(wants, made, strict=True):
-                drafts[i] = draft
-        return drafted
 
 
 class AdapterTurns:

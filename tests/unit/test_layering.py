@@ -93,6 +93,7 @@ POLICY_SIDE = (
     "edgeserve.engine.jobs",
     "edgeserve.engine.policy",
     "edgeserve.engine.planning",
+    "edgeserve.engine.draft_sizing",
     "edgeserve.engine.speculation",
     "edgeserve.engine.step_cost",
     "edgeserve.engine.slots",
@@ -102,6 +103,7 @@ PURE = ("llama_cpp", "edgeserve.engine.llama")
 UNREACHABLE = {
     "edgeserve/engine/policy.py": PURE,
     "edgeserve/engine/planning.py": PURE,
+    "edgeserve/engine/draft_sizing.py": PURE,
     "edgeserve/engine/jobs.py": PURE,
     "edgeserve/engine/slots.py": PURE,
     "edgeserve/engine/speculation.py": PURE,
