@@ -21,6 +21,7 @@ from edgeserve.engine.llama.batch import TokenBatch
 from edgeserve.engine.llama.cells import CellLedger
 from edgeserve.engine.llama.draft_model import LlamaDraftContext
 from edgeserve.engine.llama.model import MAX_UBATCH, LoadedModel
+from edgeserve.engine.llama.pages import discard, logit_rows, resident
 from edgeserve.engine.llama.projector import Projector
 from edgeserve.engine.llama.sampling import Sampler, grammar_sampler
 from edgeserve.engine.ports import DecodeLimits, MediaEmbeddings
@@ -329,13 +330,17 @@ class LlamaBackend:
         return self._output_pages
 
     def release_output_pages(self) -> None:
-        """Hand the generation context's logit rows back to the system while idle."""
-        self.model.drop_output_pages(self._output_rows)
+        """Hand the generation context's logit rows back to the system while idle (CPU
+        builds only: a GPU build's buffer may be pinned for transfers)."""
+        span = logit_rows(self.model.ctx, self._output_rows, self.n_vocab)
+        if span is not None and not self.gpu_offload:
+            discard(*span)
         self._output_pages = False
 
     def resident_output_pages(self) -> int:
         """Resident pages of the generation context's logit rows (for tests)."""
-        return self.model.resident_output_pages(self._output_rows)
+        span = logit_rows(self.model.ctx, self._output_rows, self.n_vocab)
+        return 0 if span is None else resident(*span)
 
     # ---- life -------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from edgeserve.engine.llama.embeddings import (
 )
 from edgeserve.engine.llama.lora import LoraWeights
 from edgeserve.engine.llama.native_log import first_complaint, init_backend, native_complaints
-from edgeserve.engine.llama.pages import discard, resident, trim_heap
+from edgeserve.engine.llama.pages import trim_heap
 from edgeserve.engine.llama.vocab import Vocabulary
 from edgeserve.engine.ports import DecodeLimits, EmbedSpan
 from edgeserve.engine.types import AdapterSet, EngineConfig
@@ -166,27 +166,6 @@ class LoadedModel(Vocabulary):
                 f"x {config.parallel} sequences (out of memory?)"
             )
         return ctx, lc.llama_get_memory(ctx)
-
-    def output_rows_span(self, rows: int) -> tuple[int, int] | None:
-        """(address, bytes) of the generation context's first `rows` logit rows (None before
-        its first decode)."""
-        base = ctypes.cast(lc.llama_get_logits(self.ctx), ctypes.c_void_p).value
-        return None if not base else (base, rows * self.n_vocab * ctypes.sizeof(ctypes.c_float))
-
-    def drop_output_pages(self, rows: int) -> None:
-        """Hand the pages of the generation context's first `rows` logit rows back to the
-        system. llama.cpp grows that buffer to the most rows a decode asked for (a step with
-        drafts: a MiB per row on a 262k vocabulary) and fills it with zeros, and the next
-        decode writes the rows it uses before anything reads them. CPU builds only (a GPU
-        build's buffer may be pinned for transfers)."""
-        span = None if self.gpu_offload else self.output_rows_span(rows)
-        if span is not None:
-            discard(*span)
-
-    def resident_output_pages(self, rows: int) -> int:
-        """Resident pages among the first `rows` logit rows (see drop_output_pages)."""
-        span = self.output_rows_span(rows)
-        return 0 if span is None else resident(*span)
 
     def apply_adapters(self, ctx: Any) -> None:
         """Make `ctx` decode under `adapters` before a decode in it."""
