@@ -128,6 +128,11 @@ class StepCost:
         for rows, seconds in self._curve:
             self.record(rows, seconds)
 
+    @property
+    def curve(self) -> list[tuple[int, float]]:
+        """The (rows, seconds) timed by `calibrate`, by rows ([] without calibration)."""
+        return list(self._curve)
+
     def _on_curve(self, rows: int) -> float:
         """The calibration curve at `rows`: linear between its points, and past its ends
         along its first or last segment (never below a microsecond)."""
