@@ -3,8 +3,8 @@ draft_model.py: a second model's greedy tokens), at most `--draft-max` each.
 
 Once the step costs are measured (`StepCost`, step_cost.py), n-gram drafts take the lengths
 that give the step the most expected tokens per second (`speculation.best_lengths`), within
-the pace every sequence of the step is owed: beside other streams, no stream's expected
-tokens per second may fall by more than DRAFT_SHARE for the others' drafts. A draft model's
+the pace every sequence of the step is owed: beside other streams, drafts may make the step
+(every stream's gap between two tokens) at most DRAFT_SHARE longer. A draft model's
 drafts, n-gram drafts before the costs are known, and a seeded sampled answer's drafts take
 the positions whose chance of being kept is above a threshold instead.
 
@@ -25,10 +25,12 @@ from edgeserve.engine.speculation import (
 )
 from edgeserve.engine.step_cost import PRIOR_THRESHOLD, StepCost
 
-# Beside other streams, drafts may slow a stream's expected tokens per second by at most this
-# share (`speculation.keeps_pace`): a stream that drafts nothing gets its next token at most
-# twice as late, while streams that copy (and keep most of what they draft) may draft long.
-DRAFT_SHARE = 1.0
+# Beside other streams, drafts may make a step at most this share longer than it is without
+# them (`speculation.keeps_pace`), so every stream's gap between two tokens stays within 15%
+# of its plain pace: PRODUCT.md holds inter-token p99 to llama-server's, whose gaps are about
+# 15% above a plain step here. On a GPU a row costs little of a step and streams beside others
+# still draft; on a small CPU, where 8 rows cost 39% more than 4, only a stream alone drafts.
+DRAFT_SHARE = 0.15
 # A step is taken to cost at least this much (a measured 0 would make any draft free).
 MIN_STEP_SECONDS = 1e-6
 
@@ -114,7 +116,7 @@ class DraftSizer:
             chosen = lengths[i]
             lengths[i] = choice.drafter.settle(len(candidates[i]), chosen)
             if lengths[i] > chosen and (
-                sum(lengths) > most or not keeps_pace(lengths, chances, step_seconds, DRAFT_SHARE)
+                sum(lengths) > most or not keeps_pace(lengths, step_seconds, DRAFT_SHARE)
             ):
                 lengths[i] = chosen  # no room for the probe this step
             drafts[i] = candidates[i][: lengths[i]]

@@ -1,6 +1,6 @@
 """speculation.best_lengths and keeps_pace: how many tokens each sequence of a step drafts,
-from the chances its drafted tokens are kept and the step's measured cost per number of rows
-(pure arithmetic, no model)."""
+from the chances its drafted tokens are kept and the step's measured cost per number of rows,
+within the bound on every stream's gap between tokens (pure arithmetic, no model)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
+from edgeserve.engine.draft_sizing import DRAFT_SHARE
 from edgeserve.engine.speculation import best_lengths, keeps_pace
 
 Cost = Callable[[int], float]
@@ -83,24 +84,41 @@ def test_without_the_pace_rule_the_lengths_are_the_best_there_are(seed):
 
 
 @pytest.mark.parametrize("seed", range(200))
-def test_the_lengths_keep_every_stream_s_pace(seed):
+def test_beside_others_no_step_is_longer_than_the_share_allows(seed):
     rng = random.Random(seed)
     kept = [chances(rng.uniform(0.0, 1.0), rng.randint(0, 8)) for _ in range(rng.randint(2, 5))]
-    share = rng.choice([0.05, 0.5, 1.0])
+    share = rng.choice([0.05, 0.15, 0.5, 1.0])
     lengths = best_lengths(kept, cpu, 32, share)
-    assert keeps_pace(lengths, kept, cpu, share)
+    plain = cpu(len(kept))
+    assert cpu(len(kept) + sum(lengths)) <= (1 + share) * plain, "every stream's gap"
+    assert keeps_pace(lengths, cpu, share)
     assert rate(lengths, kept, cpu) >= rate([0] * len(kept), kept, cpu)
 
 
 @pytest.mark.parametrize(("share", "most"), [(0.05, 1), (0.5, 5), (1.0, 13)])
-def test_a_stream_that_drafts_nothing_is_slowed_by_at_most_the_share(share, most):
+def test_the_share_bounds_the_step_whoever_drafts(share, most):
     copying = chances(1.0, 16)
-    lengths = best_lengths([copying, copying, []], cpu, 32, share)
-    assert cpu(3 + sum(lengths)) <= (1 + share) * cpu(3)
-    assert sum(lengths) == most
-    assert best_lengths([copying] * 3, cpu, 32, share) == [7, 7, 7], "all gain: 24 rows, 95 ms"
+    for kept in ([copying, copying, []], [copying] * 3):
+        lengths = best_lengths(kept, cpu, 32, share)
+        assert cpu(3 + sum(lengths)) <= (1 + share) * cpu(3)
+        assert sum(lengths) == most, "the best step within the bound: 4, 8 or 16 rows"
+    assert best_lengths([copying, copying, []], cpu, 32, 1.0)[2] == 0
+
+
+def test_with_the_engine_s_share_streams_beside_others_draft_on_a_gpu_not_on_this_cpu():
+    copying = [chances(0.95, 16)] * 4
+    # 8 rows cost 39% more than 4 here and 12 rows 20% more than 8: any draft beside three
+    # or seven others would stretch every stream's gap past llama-server's.
+    assert best_lengths(copying, cpu, 32, DRAFT_SHARE) == [0, 0, 0, 0]
+    assert best_lengths([chances(0.95, 16)] * 8, cpu, 32, DRAFT_SHARE) == [0] * 8
+    # Alone, the same stream drafts long.
+    assert best_lengths(copying[:1], cpu, 32, DRAFT_SHARE)[0] >= 11
+    gpu = linear(0.010, 0.0002)
+    # A 4-row step is 10.8 ms and a row 0.2 ms: 15% longer holds 8 rows.
+    assert best_lengths(copying, gpu, 32, DRAFT_SHARE) == [2, 2, 2, 2]
 
 
 def test_keeps_pace_alone_always():
-    assert keeps_pace([16], [chances(0.1, 16)], cpu, 0.0)
-    assert not keeps_pace([4, 0], [chances(0.1, 4), []], cpu, 0.5)
+    assert keeps_pace([16], cpu, 0.0)
+    assert not keeps_pace([4, 0], cpu, 0.5)
+    assert keeps_pace([0, 0], cpu, 0.0)
