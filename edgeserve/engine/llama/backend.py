@@ -290,7 +290,9 @@ class LlamaBackend:
         """One chunk of a text, alone in the separate scoring context (see policy.py)."""
         ctx, memory = self.model.score_context()
         if start == 0:
-            lc.llama_memory_clear(memory, True)
+            # The cells only: their old values are masked out, and zeroing the buffer would
+            # touch (and keep resident) all of it for every text.
+            lc.llama_memory_clear(memory, False)
         self.batch.clear()
         self.batch.add_span(tokens, start, 0, outputs)
         self.model.apply_adapters(ctx)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +19,9 @@ _LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ER
 # While a model loads, llama.cpp's errors are collected here (not logged) so that a failed load
 # is reported as one line that includes llama.cpp's own first complaint.
 _load_errors: list[str] | None = None
+# While a context is made, the sizes of the KV buffers llama.cpp allocates in host memory.
+_kv_sizes: list[int] | None = None
+_KV_BUFFER = re.compile(r"\bCPU KV buffer size =\s*([\d.]+) MiB")
 
 
 @lc.llama_log_callback
@@ -25,6 +29,8 @@ def _on_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
     """Route llama.cpp's own log lines into the `edgeserve.llama` logger."""
     py_level = _LEVELS.get(level, logging.DEBUG)
     line = text.decode("utf-8", "replace").rstrip()
+    if _kv_sizes is not None and (match := _KV_BUFFER.search(line)):
+        _kv_sizes.append(round(float(match[1]) * 2**20))
     if _load_errors is not None and py_level >= logging.ERROR:
         _load_errors.append(line)
     elif _llama_log.isEnabledFor(py_level):
@@ -64,3 +70,15 @@ def native_complaints() -> Iterator[list[str]]:
 def first_complaint(complaints: list[str]) -> str:
     """llama.cpp's first error line without its function prefix ("unknown error" if none)."""
     return complaints[0].split(": ", 1)[-1] if complaints else "unknown error"
+
+
+@contextlib.contextmanager
+def host_kv_buffers() -> Iterator[list[int]]:
+    """Collect the byte sizes of the KV buffers llama.cpp allocates in host memory while the
+    block makes a context (from its log; see pages.release_cleared)."""
+    global _kv_sizes
+    _kv_sizes = sizes = []
+    try:
+        yield sizes
+    finally:
+        _kv_sizes = None

@@ -1,16 +1,24 @@
 """Handing memory back to the system: pages llama.cpp keeps allocated but rewrites before it
-reads them again (a context's logit rows), and the C heap's free pages."""
+reads them again (a context's logit rows), the KV cache's pages it zeroed when it made a
+context, and the C heap's free pages."""
 
 from __future__ import annotations
 
 import ctypes
 import mmap
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import llama_cpp as lc
+import numpy as np
 
 MADV_DONTNEED = 4  # Linux: the pages read as zeros until written again
+# glibc marks a chunk it got from mmap with this bit of its size word.
+IS_MMAPPED = 2
+# How far a buffer's mmap'd chunk may be from the size llama.cpp logged for it (its header,
+# alignment and page rounding, and the log's two decimals of MiB).
+CHUNK_SLACK = 3 * 4096 + 16 * 1024
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -52,6 +60,66 @@ def resident(address: int, size: int) -> int:
     if libc.mincore(ctypes.c_void_p(start), ctypes.c_size_t(end - start), vec) != 0:
         return 0
     return sum(b & 1 for b in vec)
+
+
+def anonymous_ranges() -> list[tuple[int, int]]:
+    """(start, end) of this process's private anonymous read-write mappings (Linux; none
+    elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return []
+    ranges = []
+    with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
+        for line in maps:
+            fields = line.split()
+            if len(fields) == 5 and fields[1] == "rw-p" and fields[4] == "0":
+                start, end = (int(part, 16) for part in fields[0].split("-"))
+                ranges.append((start, end))
+    return ranges
+
+
+def _new_parts(ranges: list[tuple[int, int]], before: list[tuple[int, int]]):
+    """The parts of `ranges` that no range of `before` covers."""
+    for start, end in ranges:
+        for old_start, old_end in sorted(before):
+            if old_end <= start or old_start >= end:
+                continue
+            if old_start > start:
+                yield start, old_start
+            start = max(start, old_end)
+        if start < end:
+            yield start, end
+
+
+def release_cleared(before: list[tuple[int, int]], sizes: Sequence[int]) -> list[tuple[int, int]]:
+    """Drop the pages of the zeroed host buffers of `sizes` bytes (a new context's KV cache,
+    which llama.cpp zeroes when it makes it) that were mapped since `before`
+    (`anonymous_ranges`); returns the (address, bytes) dropped (Linux only).
+
+    The buffers are glibc's mmap'd chunks: each begins on a page with glibc's size word, and
+    its pages after the first read as zeros again once dropped, which is what they hold. So
+    nothing changes but the memory counted: a cell's pages come back as the cell is written,
+    and a long context costs what its cells in use hold, not its whole size, until it fills."""
+    libc = _libc()
+    if libc is None or not sizes or not sys.platform.startswith("linux"):
+        return []
+    page = mmap.PAGESIZE
+    released = []
+    for start, end in _new_parts(anonymous_ranges(), before):
+        address = start
+        while address + page <= end:
+            word = ctypes.c_uint64.from_address(address + 8).value
+            length = word & ~7
+            if not word & IS_MMAPPED or length % page or not 0 < length <= end - address:
+                address += page
+                continue
+            if any(abs(length - size) <= CHUNK_SLACK for size in sizes):
+                words = (ctypes.c_uint64 * ((length - page) // 8)).from_address(address + page)
+                if not np.ctypeslib.as_array(words).any() and discard(
+                    address + page, length - page
+                ):
+                    released.append((address + page, length - page))
+            address += length
+    return released
 
 
 def logit_rows(ctx: Any, rows: int, n_vocab: int) -> tuple[int, int] | None:

@@ -1,0 +1,84 @@
+"""pages.release_cleared: the pages of a zeroed host buffer (a new context's KV cache) are
+handed back and it still reads zeros; nothing else is touched. Real glibc buffers, real
+madvise and mincore (Linux only)."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import sys
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from edgeserve.engine.llama import pages
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="madvise, mincore and /proc/self/maps are Linux's"
+)
+
+PAGE = mmap.PAGESIZE
+SIZE = 40 * 2**20  # above glibc's largest mmap threshold (32 MiB): a chunk of its own
+LIBC = ctypes.CDLL(None)
+
+
+@pytest.fixture
+def buffers() -> Iterator[list[int]]:
+    made: list[int] = []
+    yield made
+    for address in made:
+        LIBC.free(ctypes.c_void_p(address))
+
+
+def allocate(made: list[int], size: int, fill: int) -> int:
+    """A buffer as ggml allocates a KV cache (posix_memalign, 64), every byte set to `fill`."""
+    pointer = ctypes.c_void_p()
+    assert (
+        LIBC.posix_memalign(ctypes.byref(pointer), ctypes.c_size_t(64), ctypes.c_size_t(size)) == 0
+    )
+    assert pointer.value is not None
+    made.append(pointer.value)
+    ctypes.memset(pointer.value, fill, size)
+    return pointer.value
+
+
+def contents(address: int, size: int) -> np.ndarray:
+    return np.ctypeslib.as_array((ctypes.c_ubyte * size).from_address(address))
+
+
+def test_a_zeroed_buffer_s_pages_go_and_come_back_as_it_is_written(buffers):
+    before = pages.anonymous_ranges()
+    address = allocate(buffers, SIZE, 0)
+    assert pages.resident(address, SIZE) >= SIZE // PAGE - 1
+    released = pages.release_cleared(before, [SIZE])
+    assert len(released) == 1
+    start, length = released[0]
+    assert start <= address + PAGE and start + length >= address + SIZE, "all but its first page"
+    assert pages.resident(address, SIZE) <= 1
+    ctypes.memset(address + SIZE // 2, 7, 3 * PAGE)
+    assert pages.resident(address, SIZE) in (3, 4), "a written page comes back"
+    # (Reading a dropped page maps the kernel's shared zero page, which mincore counts.)
+    assert contents(address + SIZE // 2, 3 * PAGE).min() == 7
+    assert not contents(address, SIZE // 2).any(), "the rest reads zeros"
+
+
+def test_only_zeroed_new_buffers_of_the_logged_sizes_go(buffers):
+    older = allocate(buffers, SIZE, 0)
+    before = pages.anonymous_ranges()
+    written = allocate(buffers, SIZE, 0)
+    ctypes.memset(written + SIZE - 100, 1, 1)  # one byte that is not zero
+    other_size = allocate(buffers, SIZE + 2**20, 0)
+    assert pages.release_cleared(before, [SIZE]) == []
+    for address, size in ((older, SIZE), (written, SIZE), (other_size, SIZE + 2**20)):
+        assert pages.resident(address, size) >= size // PAGE - 1
+    assert contents(written + SIZE - 100, 1)[0] == 1
+    assert pages.release_cleared(before, []) == []
+
+
+def test_new_parts_are_what_no_earlier_range_covers():
+    before = [(100, 200), (300, 400)]
+    assert list(pages._new_parts([(0, 500)], before)) == [(0, 100), (200, 300), (400, 500)]
+    assert list(pages._new_parts([(150, 350)], before)) == [(200, 300)]
+    assert list(pages._new_parts([(100, 200)], before)) == []
+    assert list(pages._new_parts([(500, 600)], before)) == [(500, 600)]
