@@ -9,12 +9,12 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests.clients.models import Answers
-from tests.sdk.conftest import aclient, base_url, make_server, server, settings
+from tests.sdk.conftest import base_url, make_server, server, settings
 
 # LiteLLM fetches its model price list from GitHub at import unless told to use its own copy.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-__all__ = ["aclient", "base_url", "make_server", "server", "settings"]
+__all__ = ["base_url", "make_server", "server", "settings"]
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""What the client tests ask for: a small structured answer and one tool; and what the server
-answers without a library, to hold the libraries' results to."""
+"""What the client tests ask for: a small structured answer and one tool; and the server's own
+answers as the library received them, to hold what it made of them to."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-import openai
 from pydantic import BaseModel, Field
 
 
@@ -33,19 +32,6 @@ def get_weather(city: str) -> str:
     return f"sunny in {city}"
 
 
-async def plain_answer(client: openai.AsyncOpenAI, prompt: str, max_tokens: int) -> str:
-    """The server's answer to `prompt` alone at temperature 0, asked without a library."""
-    completion = await client.chat.completions.create(
-        model="m",
-        messages=[{"role": "user", "content": prompt}],
-        max_tokens=max_tokens,
-        temperature=0,
-    )
-    content = completion.choices[0].message.content
-    assert content, "the server's own answer is empty"
-    return content
-
-
 class Answers:
     """An HTTP client for a library that keeps the chat completions it received, whole or
     streamed: the server's own answer, to hold what the library made of it to."""
@@ -65,6 +51,12 @@ class Answers:
             message = response.json()["choices"][0]["message"]
             calls = message.get("tool_calls")
             self.texts.append(calls[0]["function"]["arguments"] if calls else message["content"])
+
+    def last(self) -> str:
+        """The server's own text (or call arguments) in the last answer the library received."""
+        assert self.texts, "no chat completion reached the library"
+        assert self.texts[-1], "the server's own answer is empty"
+        return self.texts[-1]
 
     def city(self) -> dict[str, Any]:
         """The fields of the City in the last answer (a library may answer a subclass)."""

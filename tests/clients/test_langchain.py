@@ -11,7 +11,6 @@ from tests.clients.models import (
     Answers,
     City,
     get_weather,
-    plain_answer,
 )
 from tests.sdk.conftest import base_url
 
@@ -35,18 +34,16 @@ async def llm(server, answers: Answers) -> ChatOpenAI:
     )
 
 
-async def test_invoke(llm, aclient):
+async def test_invoke(llm, answers):
     message = await llm.ainvoke(HELLO)
-    assert message.content == await plain_answer(aclient, HELLO, MAX_TOKENS)
+    assert message.content == answers.last()
     assert message.response_metadata["finish_reason"] in ("stop", "length")
 
 
-async def test_stream(llm, aclient):
+async def test_stream(llm, answers):
     chunks = [chunk async for chunk in llm.astream(COUNT)]
     assert len(chunks) > 2
-    assert "".join(chunk.content for chunk in chunks) == await plain_answer(
-        aclient, COUNT, MAX_TOKENS
-    )
+    assert "".join(chunk.content for chunk in chunks) == answers.last()
 
 
 async def test_a_forced_tool_call(llm):
