@@ -42,12 +42,15 @@ class Row(NamedTuple):
     floor: float = 0.0
 
 
+# A median gap between tokens is shown but never flagged: kept drafts arrive together, so it
+# falls to ~0 ms as a server drafts more, and rises back when it bursts less, whatever each
+# stream's speed (per-stream tok/s) or its stalls (p99, max).
 RUN_ROWS = (
     Row("aggregate tok/s", "aggregate_tps", "{:.1f}", True),
     Row("per-stream tok/s p50", "stream_tps_p50", "{:.1f}", True),
     Row("TTFT p50 ms", "ttft_p50_ms", "{:.0f}", False),
     Row("TTFT p95 ms", "ttft_p95_ms", "{:.0f}", False),
-    Row("inter-token p50 ms", "itl_p50_ms", "{:.1f}", False),
+    Row("inter-token p50 ms", "itl_p50_ms", "{:.1f}", None),
     Row("inter-token p99 ms", "itl_p99_ms", "{:.1f}", False),
     Row("inter-token max ms", "itl_max_ms", "{:.0f}", False),
     Row("streams cut short", "short", "{:.0f}", False, noise=0.0),
@@ -100,9 +103,9 @@ LORA_ROWS = (
     Row("mixed tok/s", "mixed_tps", "{:.1f}", True),
     Row("base-only tok/s", "base_tps", "{:.1f}", True),
     Row("mixed / base-only", "mixed_over_base", "{:.2f}", True),
-    Row("mixed ITL p50 ms", "mixed_itl_p50_ms", "{:.1f}", False),
+    Row("mixed ITL p50 ms", "mixed_itl_p50_ms", "{:.1f}", None),
     Row("mixed ITL p99 ms", "mixed_itl_p99_ms", "{:.1f}", False),
-    Row("base-only ITL p50 ms", "base_itl_p50_ms", "{:.1f}", False),
+    Row("base-only ITL p50 ms", "base_itl_p50_ms", "{:.1f}", None),
     Row("base-only ITL p99 ms", "base_itl_p99_ms", "{:.1f}", False),
     Row("mixed ITL max ms", "mixed_itl_max_ms", "{:.0f}", False),
     Row("mixed TTFT p50 ms", "mixed_ttft_p50_ms", "{:.0f}", False),
