@@ -31,6 +31,7 @@ class Inbox:
         self._calls: deque[tuple[Callable[[], Any], Future[Any]]] = deque()
         self._queued = 0  # jobs in the scheduler's waiting queue
         self._preparing = 0  # requests on the prepare threads
+        self._arrived = 0.0  # when a request last began or ended preparing, or was put
         self._accepting = True
         self._running = True
         self._next_id = 0
@@ -65,11 +66,13 @@ class Inbox:
         with self._cond:
             self._check_room()
             self._preparing += 1
+            self._arrive()
 
     def end_prepare(self, _future: object = None) -> None:
         """A request left its prepare thread (done, failed or cancelled before it ran)."""
         with self._cond:
             self._preparing -= 1
+            self._arrive()
 
     def put(self, job: AnyJob) -> None:
         """Number a new job and hand it to the engine thread (raises when it may not queue)."""
@@ -78,7 +81,12 @@ class Inbox:
             self._next_id += 1
             job.rid = self._next_id
             self._jobs.append(job)
-            self._cond.notify()
+            self._arrive()
+
+    def _arrive(self) -> None:
+        """Under the lock: a request moved on its way in (for `linger`)."""
+        self._arrived = time.monotonic()
+        self._cond.notify()
 
     def cancel(self, job: AnyJob) -> None:
         """Ask the engine thread to end `job` at the start of its next step."""
@@ -153,13 +161,19 @@ class Inbox:
                 self._cond.wait(timeout())
             idle()
 
-    def linger(self, seconds: float) -> None:
-        """Wait `seconds` (unless the thread is told to end), so that a burst of requests
-        reaches the inbox before the first step."""
-        deadline = time.monotonic() + seconds
+    def linger(self, quiet: float, most: float) -> None:
+        """Wait until requests stop arriving, so that a burst reaches the inbox before the
+        first step: until none is on a prepare thread and none began or ended preparing or
+        was put for `quiet` seconds, and at most `most` seconds (unless the thread is told
+        to end)."""
+        deadline = time.monotonic() + most
         with self._cond:
-            while self._running and (left := deadline - time.monotonic()) > 0:
-                self._cond.wait(left)
+            while self._running:
+                now = time.monotonic()
+                settled = deadline if self._preparing else self._arrived + quiet
+                if min(settled, deadline) <= now:
+                    return
+                self._cond.wait(min(settled, deadline) - now)
 
     def close(self) -> list[AnyJob]:
         """Stop, and return the jobs still in the inbox (for their owners to be told); calls

@@ -7,9 +7,10 @@ scheduler's steps; `Engine` is its facade for every other thread.
   engine thread.
 - `submit` and `cancel` (any thread) only append to the inbox (inbox.py); the thread takes
   both at the start of each step (stepper.py). With no live work it waits on the inbox: it
-  never spins. An idle engine that gets a request waits `BURST_WINDOW_S` so a burst shares
-  its first step. Idle housekeeping (freeing the scoring and embeddings contexts, handing the
-  logit rows' pages back) runs outside the inbox's lock.
+  never spins. An idle engine that gets a request waits until requests stop arriving
+  (`BURST_WINDOW_S` without one, at most `BURST_MOST_S`) so a burst shares its first step.
+  Idle housekeeping (freeing the scoring and embeddings contexts, handing the logit rows'
+  pages back) runs outside the inbox's lock.
 - Grammar-constrained sampling runs on grammar threads (generating.py), so a slow grammar
   delays only its own answer.
 - Results reach each request's event loop with one `call_soon_threadsafe` per loop per step
@@ -60,9 +61,13 @@ SCORE_CONTEXT_IDLE_S = 30.0
 # The generation context's logit rows (a MiB each on a 262k vocabulary, up to one per sequence
 # and drafted token) go back to the system after this long without a step.
 OUTPUT_PAGES_IDLE_S = 0.5
-# The requests of a burst reach an idle engine a few ms apart; it waits this long after the
-# first so that their prompts share the first step instead of queueing behind one prefill.
+# The requests of a burst reach an idle engine a few ms apart (each parsed, rendered and
+# tokenized in turn): it waits until none has moved on its way in for BURST_WINDOW_S, and at
+# most BURST_MOST_S, so that their prompts share the first step instead of the late ones
+# prefilling a share of each step beside the early ones (which then finish, and send their
+# next requests, steps apart).
 BURST_WINDOW_S = 0.01
+BURST_MOST_S = 0.1
 # Threads that render and tokenize prompts before they reach the engine thread.
 PREPARE_THREADS = 2
 # Threads that run grammar-constrained sampling (see llama/sampling.py), off the engine thread.
@@ -369,5 +374,5 @@ class Engine:
             stepper.has_work, lambda: self._housekeeping_due(stepper), self.housekeeping
         )
         if work and was_idle:
-            self._inbox.linger(BURST_WINDOW_S)
+            self._inbox.linger(BURST_WINDOW_S, BURST_MOST_S)
         return work

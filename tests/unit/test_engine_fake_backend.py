@@ -15,7 +15,7 @@ from functools import partial
 import pytest
 
 from edgeserve.engine import worker
-from edgeserve.engine.jobs import Job, JobState, ScoreJob, Sink
+from edgeserve.engine.jobs import Job, JobState, Prompt, ScoreJob, Sink
 from edgeserve.engine.policy import InvariantError, Scheduler
 from edgeserve.engine.step_cost import StepCost
 from edgeserve.engine.types import (
@@ -533,6 +533,43 @@ def test_the_burst_window_puts_simultaneous_requests_in_one_first_step(monkeypat
             time.sleep(0.01)
         first = engine.backend.decodes[0]  # type: ignore[union-attr]
         assert {seq for _, _, seq, _ in first} == {0, 1, 2}
+
+
+def _first_step_of_a_burst(monkeypatch, quiet: float, most: float, prepare_s: float) -> set:
+    """The sequences of an idle engine's first decode when one request is put while a second
+    is still on a prepare thread for `prepare_s` seconds."""
+    monkeypatch.setattr(worker, "BURST_WINDOW_S", quiet)
+    monkeypatch.setattr(worker, "BURST_MOST_S", most)
+    with threaded_engine() as engine:
+        events: list = []
+        sink = Sink(InlineLoop(), events.append)
+        first, second = (
+            GenerationRequest(prompt, SamplingParams(max_tokens=2, temperature=0))
+            for prompt in ("aaa", "bbb")
+        )
+
+        def slow_prepare() -> Prompt:
+            time.sleep(prepare_s)
+            return engine.prepare(second)
+
+        preparing = engine.on_prepare_thread(slow_prepare)
+        engine.submit(first, engine.prepare(first), sink)
+        engine.submit(second, preparing.result(5), sink)
+        for _ in range(200):
+            if sum(isinstance(e, Finished) for e in events) == 2:
+                break
+            time.sleep(0.01)
+        return {seq for _, _, seq, _ in engine.backend.decodes[0]}  # type: ignore[union-attr]
+
+
+def test_an_idle_engine_waits_for_a_request_still_being_prepared(monkeypatch):
+    # The second request of a burst is rendered for 150 ms after the first reached the
+    # inbox: the first step waits for it (a fixed 20 ms window would start without it).
+    assert _first_step_of_a_burst(monkeypatch, quiet=0.02, most=2.0, prepare_s=0.15) == {0, 1}
+
+
+def test_an_idle_engine_waits_for_a_burst_at_most_burst_most(monkeypatch):
+    assert _first_step_of_a_burst(monkeypatch, quiet=0.02, most=0.05, prepare_s=0.6) == {0}
 
 
 def test_the_engine_thread_waits_when_idle_after_a_cancel():
