@@ -11,12 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from edgeserve.config import physical_cores
 from edgeserve.engine.llama import model as llama_model
 from edgeserve.engine.llama import pages
-from edgeserve.engine.types import EngineConfig
 from edgeserve.engine.worker import Engine
-from tests.integration.test_window_checkpoints import greedy, inventory
+from tests.integration.test_window_checkpoints import greedy, inventory, started_engine
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="the KV cache is handed back on Linux only"
@@ -29,19 +27,8 @@ PROMPT = inventory(0, 40) + "\nWhich lamp was in room 3?"  # ~800 tokens
 
 
 def _engine(model_path: Path) -> Engine:
-    engine = Engine(
-        EngineConfig(
-            model_path=str(model_path),
-            n_ctx=N_CTX,
-            parallel=1,
-            n_threads=physical_cores(),
-            draft_max=0,  # one row a step: the same batches in both engines
-        )
-    )
-    engine.start()
-    if not engine.wait_loaded(120):
-        raise RuntimeError(f"the default model failed to load: {engine.load_error}")
-    return engine
+    # One row a step (no drafts): the same batches in both engines.
+    return started_engine(model_path, n_ctx=N_CTX, draft_max=0)
 
 
 def resident_bytes(kv_pages: list[tuple[int, int]]) -> int:

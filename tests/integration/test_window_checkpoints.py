@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,20 +41,19 @@ LONG = inventory(0, 130) + "\nWhich lamp was in room 3?"  # ~2500 tokens: past t
 BRANCH = inventory(0, 58) + " " + inventory(58, 40, "repaired") + "\nWhich lamp was blue?"
 
 
-def _engine(model_path: Path, *, swa_full: bool) -> Engine:
+def started_engine(model_path: Path, **config: Any) -> Engine:
+    """A loaded engine of one sequence on the default model, with `config` on top."""
     engine = Engine(
-        EngineConfig(
-            model_path=str(model_path),
-            n_ctx=N_CTX,
-            parallel=1,
-            n_threads=physical_cores(),
-            swa_full=swa_full,
-        )
+        EngineConfig(model_path=str(model_path), parallel=1, n_threads=physical_cores(), **config)
     )
     engine.start()
     if not engine.wait_loaded(120):
         raise RuntimeError(f"the default model failed to load: {engine.load_error}")
     return engine
+
+
+def _engine(model_path: Path, *, swa_full: bool) -> Engine:
+    return started_engine(model_path, n_ctx=N_CTX, swa_full=swa_full)
 
 
 @pytest.fixture(scope="module")
