@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from edgeserve.engine.llama import model as llama_model
 from edgeserve.engine.llama import pages
 from edgeserve.engine.worker import Engine
 from tests.integration.test_window_checkpoints import greedy, inventory, started_engine
@@ -51,7 +50,7 @@ async def test_a_long_context_holds_the_memory_of_its_cells_in_use(model_path, m
         assert held - filled >= 0.9 * FULL_KV_BYTES, "the cells not in use stay out"
     finally:
         engine.close()
-    monkeypatch.setattr(llama_model, "release_cleared", lambda before, sizes: [])
+    monkeypatch.setattr(pages, "release_cleared", lambda before, sizes: [])
     engine = _engine(model_path)
     try:
         assert engine.backend.model.kv_pages == []

@@ -17,13 +17,8 @@ from edgeserve.engine.llama.embeddings import (
     PooledEmbeddings,
 )
 from edgeserve.engine.llama.lora import LoraWeights
-from edgeserve.engine.llama.native_log import (
-    first_complaint,
-    host_kv_buffers,
-    init_backend,
-    native_complaints,
-)
-from edgeserve.engine.llama.pages import anonymous_ranges, release_cleared, trim_heap
+from edgeserve.engine.llama.native_log import first_complaint, init_backend, native_complaints
+from edgeserve.engine.llama.pages import new_context, trim_heap
 from edgeserve.engine.llama.vocab import Vocabulary
 from edgeserve.engine.ports import DecodeLimits, EmbedSpan
 from edgeserve.engine.types import AdapterSet, EngineConfig
@@ -105,7 +100,7 @@ class LoadedModel(Vocabulary):
         self.ctx: Any = None
         self.memory: Any = None
         # (address, bytes) of the generation context's KV cache in host memory (see
-        # _init_context), for tests that check how much of it is resident.
+        # pages.new_context), for tests that check how much of it is resident.
         self.kv_pages: list[tuple[int, int]] = []
         self._stack.callback(self._free_contexts)
         self._open(pooling)
@@ -167,31 +162,13 @@ class LoadedModel(Vocabulary):
                 n_outputs=config.parallel + self.limits.draft_rows,
             )
             cparams.swa_full = not self.window_sized
-        ctx, self.kv_pages = self._init_context(cparams)
+        ctx, self.kv_pages = new_context(self.model, cparams)
         if not ctx:
             raise ModelLoadError(
                 f"llama.cpp could not create a context of {config.n_ctx} tokens "
                 f"x {config.parallel} sequences (out of memory?)"
             )
         return ctx, lc.llama_get_memory(ctx)
-
-    def _init_context(self, cparams: Any) -> tuple[Any, list[tuple[int, int]]]:
-        """llama.cpp's context of `cparams` (NULL when it cannot make one), and the (address,
-        bytes) of its KV cache in host memory, which llama.cpp zeroes and which is handed
-        back at once (`pages.release_cleared`): a long context holds the memory of its cells
-        in use, not of its whole size."""
-        before = anonymous_ranges()
-        with host_kv_buffers() as kv_sizes:
-            ctx = lc.llama_init_from_model(self.model, cparams)
-        if not ctx:
-            return ctx, []
-        released = release_cleared(before, kv_sizes)
-        log.debug(
-            "KV cache of %.1f MiB, %.1f MiB of it left to fill",
-            sum(kv_sizes) / 2**20,
-            sum(size for _, size in released) / 2**20,
-        )
-        return ctx, released
 
     def apply_adapters(self, ctx: Any) -> None:
         """Make `ctx` decode under `adapters` before a decode in it."""
@@ -317,7 +294,7 @@ class LoadedModel(Vocabulary):
         if self._score_ctx is None:
             rows = self.limits.score_rows
             cparams = self._context_params(n_seq=1, n_batch=rows, n_outputs=rows)
-            ctx, _ = self._init_context(cparams)
+            ctx, _ = new_context(self.model, cparams)
             if not ctx:
                 raise RuntimeError("llama.cpp could not create the scoring context")
             self._score_ctx = (ctx, lc.llama_get_memory(ctx))
@@ -367,7 +344,7 @@ class LoadedModel(Vocabulary):
         return self._embeddings
 
     def _embeddings_context(self, cparams: Any) -> Any:
-        ctx, _ = self._init_context(cparams)
+        ctx, _ = new_context(self.model, cparams)
         if not ctx:
             raise RuntimeError("llama.cpp could not create the embeddings context")
         return ctx

@@ -5,6 +5,7 @@ context, and the C heap's free pages."""
 from __future__ import annotations
 
 import ctypes
+import logging
 import mmap
 import sys
 from collections.abc import Sequence
@@ -12,6 +13,10 @@ from typing import Any
 
 import llama_cpp as lc
 import numpy as np
+
+from edgeserve.engine.llama.native_log import host_kv_buffers
+
+log = logging.getLogger("edgeserve.engine")
 
 MADV_DONTNEED = 4  # Linux: the pages read as zeros until written again
 # glibc marks a chunk it got from mmap with this bit of its size word.
@@ -137,3 +142,22 @@ def trim_heap() -> None:
     trim = getattr(libc, "malloc_trim", None)
     if trim is not None:
         trim(0)
+
+
+def new_context(model: Any, cparams: Any) -> tuple[Any, list[tuple[int, int]]]:
+    """llama.cpp's context of `cparams` on `model` (NULL when it cannot make one), and the
+    (address, bytes) of its KV cache in host memory, which llama.cpp zeroes and which is
+    handed back at once (`release_cleared`): a long context holds the memory of its cells in
+    use, not of its whole size."""
+    before = anonymous_ranges()
+    with host_kv_buffers() as kv_sizes:
+        ctx = lc.llama_init_from_model(model, cparams)
+    if not ctx:
+        return ctx, []
+    released = release_cleared(before, kv_sizes)
+    log.debug(
+        "KV cache of %.1f MiB, %.1f MiB of it left to fill",
+        sum(kv_sizes) / 2**20,
+        sum(size for _, size in released) / 2**20,
+    )
+    return ctx, released
