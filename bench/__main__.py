@@ -344,10 +344,10 @@ class Bench:
         """One run (a load run at `temperature`, or llama-bench when `entry` is None) on a
         quiet machine (`quietest`)."""
 
-        async def attempt() -> dict[str, Any]:
+        async def attempt(tried: int) -> dict[str, Any]:
             if entry is None:
                 return self.one_llama_bench(rnd)
-            return await self.one_run(entry, c, rnd, temperature)
+            return await self.one_run(entry, c, rnd, temperature, tried)
 
         noise, data = await self.quietest(running, attempt)
         name = "llama-bench" if entry is None else entry.kind
@@ -357,17 +357,18 @@ class Bench:
         self.results[key].append(data)
 
     async def quietest(
-        self, running: list[Server], attempt: Callable[[], Awaitable[dict[str, Any]]]
+        self, running: list[Server], attempt: Callable[[int], Awaitable[dict[str, Any]]]
     ) -> tuple[float, dict[str, Any]]:
-        """Run `attempt` on a quiet machine; an attempt during which other processes used more
-        than a fifth of a core is done again (up to --noisy-retries times). The quietest
-        attempt's data (with `other_cpu_s`) and the cores the others used meanwhile."""
+        """Run `attempt` (given the attempt's number, so a retry sends prompts of its own) on a
+        quiet machine; an attempt during which other processes used more than a fifth of a
+        core is done again (up to --noisy-retries times). The quietest attempt's data (with
+        `other_cpu_s`) and the cores the others used meanwhile."""
         best: tuple[float, dict[str, Any]] | None = None
         for tried in range(1 + self.args.noisy_retries):
             await self.wait_quiet(running)
             meter = CpuMeter(running)
             started = time.perf_counter()
-            data = await attempt()
+            data = await attempt(tried)
             wall = time.perf_counter() - started
             data["other_cpu_s"] = meter.other()
             noise = data["other_cpu_s"] / wall
@@ -386,12 +387,22 @@ class Bench:
         print(f"  {'llama-bench':18} c=1 round {rnd}: {tg['tps']:7.1f} tok/s tg{tg['tokens']}")
         return tg | {"round": rnd}
 
-    async def one_run(self, server: Server, c: int, rnd: int, temperature: float) -> dict[str, Any]:
-        """One load run, with the CPU the server used."""
+    async def one_run(
+        self, server: Server, c: int, rnd: int, temperature: float, attempt: int
+    ) -> dict[str, Any]:
+        """One load run (its `attempt`-th try), with the CPU the server used."""
         a = self.args
         cpu0 = server.cpu()
         res = await load.run_load(
-            server.url, server.kind, c, a.requests, a.tokens, a.prompt_words, rnd, temperature
+            server.url,
+            server.kind,
+            c,
+            a.requests,
+            a.tokens,
+            a.prompt_words,
+            rnd,
+            temperature,
+            attempt,
         )
         res.server_cpu_s = server.cpu() - cpu0
         mode = f"T={temperature:g}" if temperature else "greedy"
@@ -642,14 +653,14 @@ class Bench:
 
     def lora_run(
         self, server: Server, mode: str, rnd: int
-    ) -> Callable[[], Awaitable[dict[str, Any]]]:
+    ) -> Callable[[int], Awaitable[dict[str, Any]]]:
         """One LoRA load run on `server`, as `quietest` takes it."""
         a = self.args
 
-        async def attempt() -> dict[str, Any]:
+        async def attempt(tried: int) -> dict[str, Any]:
             cpu0 = server.cpu()
             data = await lora.run(
-                server.url, server.kind, mode, rnd, a.lora_requests, a.tokens, a.prompt_words
+                server.url, server.kind, mode, rnd, a.lora_requests, a.tokens, a.prompt_words, tried
             )
             data["server_cpu_s"] = server.cpu() - cpu0
             sets = " / ".join(f"{s['tps']:.1f}" for s in data["per_set"].values())

@@ -47,6 +47,19 @@ def prompt_text(index: int, words: int) -> str:
     return f"Story {index}. Continue this list of words with a long story: {body}."
 
 
+ATTEMPT_STRIDE = 100_000_000
+
+
+def load_prompt_index(
+    rnd: int, concurrency: int, request: int, worker: int, sampled: bool, attempt: int = 0
+) -> int:
+    """The prompt of one load request: new for every round, level, request, worker, greedy or
+    sampled run, and attempt (a noisy run done again must not hit the prompts the first try
+    cached); apart from the other workloads' prompts, the same for every server."""
+    index = 100_000 * (rnd + 1) + 1000 * concurrency + request * concurrency + worker
+    return index + (50_000 if sampled else 0) + ATTEMPT_STRIDE * attempt
+
+
 def session(limit: int = 10) -> aiohttp.ClientSession:
     """A client session that opens a fresh connection per request: llama-server closes
     keep-alive connections after a stream, and every server should pay the same."""
@@ -221,18 +234,18 @@ async def run_load(
     prompt_words: int,
     rnd: int = 0,
     temperature: float = 0.0,
+    attempt: int = 0,
 ) -> RunResult:
     """`concurrency` workers each stream `per_worker` requests back to back (closed loop).
 
-    Prompts depend on (round, concurrency, request, greedy or sampled): a later run never hits
-    a prompt cache filled by an earlier one (llama-server keeps past prompts in RAM), and every
-    server gets the same prompts in the same run."""
+    Prompts are `load_prompt_index`'s: a later run or a retried one never hits a prompt cache
+    filled by an earlier one (llama-server keeps past prompts in RAM), and every server gets
+    the same prompts in the same run."""
     streams: list[Stream] = []
 
     async def worker(w: int, http: aiohttp.ClientSession) -> None:
         for r in range(per_worker):
-            index = 100_000 * (rnd + 1) + 1000 * concurrency + r * concurrency + w
-            index += 50_000 if temperature else 0
+            index = load_prompt_index(rnd, concurrency, r, w, temperature > 0, attempt)
             messages = [{"role": "user", "content": prompt_text(index, prompt_words)}]
             body = chat_body(kind, messages, max_tokens, temperature)
             streams.append(await stream_chat(http, url, body))

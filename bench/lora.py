@@ -155,10 +155,12 @@ def stream_set(mode: str, worker: int) -> str:
     return SETS[worker % len(SETS)] if mode == MIXED else BASE
 
 
-def prompt_index(rnd: int, mode: str, request: int, worker: int) -> int:
-    """The prompt of one request: new for every round, load, request and stream, apart from
-    the other workloads' prompts, the same for every server."""
-    return 10_000_000 + 100_000 * rnd + 10_000 * MODES.index(mode) + 100 * request + worker
+def prompt_index(rnd: int, mode: str, request: int, worker: int, attempt: int = 0) -> int:
+    """The prompt of one request: new for every round, load, request, stream and attempt
+    (as `load_prompt_index`), apart from the other workloads' prompts, the same for every
+    server."""
+    index = 10_000_000 + 100_000 * rnd + 10_000 * MODES.index(mode) + 100 * request + worker
+    return index + load.ATTEMPT_STRIDE * attempt
 
 
 def body(kind: str, set_name: str, prompt: str, max_tokens: int) -> dict[str, Any]:
@@ -192,6 +194,7 @@ async def run(
     max_tokens: int,
     prompt_words: int,
     streams: int = PARALLEL,
+    attempt: int = 0,
 ) -> dict[str, Any]:
     """One load: `streams` workers each stream `per_stream` requests back to back under their
     set (`stream_set`); the run's figures (load.RunResult's) and each set's."""
@@ -200,7 +203,7 @@ async def run(
     async def worker(w: int, http: aiohttp.ClientSession) -> None:
         set_name = stream_set(mode, w)
         for r in range(per_stream):
-            prompt = load.prompt_text(prompt_index(rnd, mode, r, w), prompt_words)
+            prompt = load.prompt_text(prompt_index(rnd, mode, r, w, attempt), prompt_words)
             done.append(
                 (
                     set_name,

@@ -1,0 +1,141 @@
+"""A bench run disturbed by other processes is done again with prompts of its own: a retry that
+re-sent the first try's prompts hit every server's prompt cache (one llama-server retry measured
+TTFT 759 ms against 9672 ms). Driven against a small recording chat server (aiohttp), with the
+CPU meter scripted to call the first try noisy."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from aiohttp import web
+
+import bench.__main__ as bench_main
+from bench import load, lora
+from bench.__main__ import Bench, parse_args
+
+LEVELS = (1, 2, 4, 8)
+
+
+def test_every_load_request_round_level_and_attempt_has_its_own_prompt():
+    load_indices = [
+        load.load_prompt_index(rnd, c, r, w, sampled, attempt)
+        for attempt in range(3)
+        for rnd in range(5)
+        for c in LEVELS
+        for r in range(16)
+        for w in range(c)
+        for sampled in (False, True)
+    ]
+    assert len(set(load_indices)) == len(load_indices)
+    lora_indices = [
+        lora.prompt_index(rnd, mode, r, w, attempt)
+        for attempt in range(3)
+        for rnd in range(5)
+        for mode in lora.MODES
+        for r in range(4)
+        for w in range(lora.PARALLEL)
+    ]
+    assert len(set(lora_indices)) == len(lora_indices)
+    assert not set(load_indices) & set(lora_indices)
+
+
+class ScriptedNoiseMeter:
+    """Stands in for CpuMeter: other processes used `noise[i]` CPU seconds during try i."""
+
+    noise: ClassVar[list[float]] = []
+    made: ClassVar[int] = 0
+
+    def __init__(self, running: list[Any]) -> None:
+        self.index = ScriptedNoiseMeter.made
+        ScriptedNoiseMeter.made += 1
+
+    def other(self) -> float:
+        return self.noise[self.index]
+
+
+class RecordingServer:
+    """The bench's view of a server (url, kind, cpu) in front of the recording app."""
+
+    kind = "edgeserve"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def cpu(self) -> float:
+        return 0.0
+
+
+@pytest.fixture
+def bench(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Bench:
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    args = parse_args(["--model", str(model), "--out", str(tmp_path), "--noisy-retries", "2"])
+    args.requests, args.tokens = 2, 2
+
+    async def quiet_already(self: Bench, running: list[Any]) -> None:
+        return None
+
+    monkeypatch.setattr(Bench, "wait_quiet", quiet_already)
+    monkeypatch.setattr(bench_main, "CpuMeter", ScriptedNoiseMeter)
+    ScriptedNoiseMeter.made = 0
+    return Bench(args)
+
+
+async def recording_app(aiohttp_server: Any, prompts: list[str]) -> Any:
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        prompts.append(body["messages"][0]["content"])
+        await asyncio.sleep(0.01)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for piece in ("a", "b"):
+            chunk = {"choices": [{"index": 0, "delta": {"content": piece}}]}
+            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        usage = {"choices": [], "usage": {"completion_tokens": 2, "prompt_tokens": 9}}
+        await resp.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    return await aiohttp_server(app)
+
+
+async def test_a_noisy_load_run_is_retried_with_new_prompts(bench: Bench, aiohttp_server: Any):
+    prompts: list[str] = []
+    server = await recording_app(aiohttp_server, prompts)
+    ScriptedNoiseMeter.noise = [100.0, 0.0]
+    await bench.measured([], RecordingServer(str(server.make_url("")).rstrip("/")), 2, 0)
+    assert len(prompts) == 2 * 2 * 2  # two tries of 2 workers x 2 requests
+    first, second = prompts[:4], prompts[4:]
+    assert not set(first) & set(second)
+    assert bench.results["runs"][0]["other_cpu_s"] == 0.0  # the quiet try's figures are kept
+
+
+async def test_a_quiet_run_is_not_retried(bench: Bench, aiohttp_server: Any):
+    prompts: list[str] = []
+    server = await recording_app(aiohttp_server, prompts)
+    ScriptedNoiseMeter.noise = [0.0]
+    await bench.measured([], RecordingServer(str(server.make_url("")).rstrip("/")), 2, 0)
+    assert len(prompts) == 4 and len(set(prompts)) == 4
+
+
+async def test_a_noisy_lora_run_is_retried_with_new_prompts(
+    bench: Bench, monkeypatch: pytest.MonkeyPatch
+):
+    tries: list[int] = []
+
+    async def recorded_run(*args: Any) -> dict[str, Any]:
+        tries.append(args[-1])
+        return {"per_set": {}, "aggregate_tps": 1.0, "itl_p50_ms": 1.0, "itl_p99_ms": 1.0,
+                "short": 0, "errors": []}  # fmt: skip
+
+    monkeypatch.setattr(lora, "run", recorded_run)
+    ScriptedNoiseMeter.noise = [100.0, 100.0, 0.0]
+    server = RecordingServer("http://127.0.0.1:1")
+    noise, _ = await bench.quietest([], bench.lora_run(server, lora.MIXED, 0))
+    assert tries == [0, 1, 2]
+    assert noise == 0.0
