@@ -123,7 +123,12 @@ async def test_scoring_while_chat_streams_run(client):
     results = await asyncio.gather(stream(), score(), stream(), score())
     for raw in results[0::2]:
         assert finished_stream(raw)[1] == "length"
-    assert results[1] == alone and results[3] == alone, "scores do not depend on the chat load"
+    # Beside streams a text is decoded in 16-token chunks, not 64, and llama.cpp's CPU kernels
+    # give a row slightly different values in another micro-batch (measured up to 1.8e-4):
+    # within the bound PRODUCT sets against an independent computation, never the chat's state.
+    for beside in results[1::2]:
+        assert beside == pytest.approx(alone, abs=1e-3), "scores beside chat streams"
+    assert await score() == alone, "on an idle server a text always gets the same score"
 
 
 async def test_request_limits_are_clear_400s(make_client):
