@@ -1,6 +1,7 @@
-"""The steps before an endpoint's own checks, in the reference's order: the body decoded
-(422 json_invalid, 400), the API key (401), the schema (422 in FastAPI's item shape, parse_body)
-and what the model can do (405); and the 404, 405 and 413 of a request no handler takes."""
+"""The checks before an endpoint's own: the API key (401), the body decoded (422 json_invalid,
+400), the schema (422 in FastAPI's item shape, parse_body) and what the model can do (405); and
+the 404, 405 and 413 of a request no handler takes. edgeserve/http/request.py runs them in the
+reference's order, except that a configured key is decided before the body is read."""
 
 from __future__ import annotations
 
