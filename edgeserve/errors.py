@@ -17,6 +17,7 @@
       │     └── InvalidMedia(message)      an image or clip that cannot be read or is too big
       ├── UnknownAdapter(name)             a LoRA adapter that is not loaded (any more)
       ├── AdapterInUse(name)               an adapter to unload that requests still run under
+      ├── AdapterRefused(rule, name, path) a LoRA adapter that may not be loaded at run time
       └── InvalidAdapter(message)          a LoRA file that is not an adapter of the model
 
 No module here imports aiohttp, so every layer may use these.
@@ -24,7 +25,11 @@ No module here imports aiohttp, so every layer may use these.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+AdapterRule = Literal[
+    "name_taken", "no_folder", "outside_folder", "not_a_file", "file_loaded", "full", "not_lora"
+]
 
 
 class ApiError(Exception):
@@ -130,6 +135,24 @@ class AdapterInUse(EngineError):
         self.requests = requests
 
 
+class AdapterRefused(EngineError):
+    """A LoRA adapter that may not be loaded at run time as `name`, by `rule` (see
+    engine/adapters.py): `path` is the path as the client sent it, `loaded_as` the name the
+    same file is loaded under (rule "file_loaded"), `limit` the most adapters loaded at once
+    (rule "full"). It carries no byte of the file and no word of llama.cpp's."""
+
+    def __init__(
+        self, rule: AdapterRule, name: str, path: str, *, loaded_as: str = "", limit: int = 0
+    ) -> None:
+        super().__init__(f"the LoRA adapter {name} ({path}) is refused: {rule}")
+        self.rule = rule
+        self.name = name
+        self.path = path
+        self.loaded_as = loaded_as
+        self.limit = limit
+
+
 class InvalidAdapter(EngineError):
     """A LoRA file that cannot be loaded as an adapter of the served model (not a LoRA GGUF,
-    another architecture, tensor shapes that do not match), or a name already taken."""
+    another architecture, tensor shapes that do not match); the message has llama.cpp's
+    reason, for the operator (the log, a refused start), never for a client."""

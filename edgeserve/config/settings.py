@@ -109,10 +109,26 @@ class Settings:
     allow_runtime_lora: bool = _setting(
         False,
         values.boolean,
-        "allow POST /v1/load_lora_adapter and /v1/unload_lora_adapter (behind the API key "
-        "when one is set)",
+        "allow POST /v1/load_lora_adapter and /v1/unload_lora_adapter (behind the API key, "
+        "which a non-loopback --host then needs)",
         "BOOL",
         kind="switch",
+    )
+    lora_dir: str | None = _setting(
+        None,
+        values.text,
+        "folder whose LoRA GGUFs /v1/load_lora_adapter may load (symlinks resolved, a file "
+        "must lie in it)",
+        "DIR",
+        path=True,
+        shown="the folders of the --lora files; none without them: nothing loads at run time",
+    )
+    max_loras: int = _setting(
+        8,
+        values.integer(1),
+        "most LoRA adapters loaded at once, the --lora ones included (each holds its weights "
+        "in memory)",
+        "N",
     )
     host: str = _setting(DEFAULT_HOST, values.text, "bind address", "HOST", env=("API_HOST",))
     port: int = _setting(8000, values.integer(1, 65535), "TCP port", "PORT", env=("API_PORT",))
@@ -402,4 +418,6 @@ class Settings:
             max_media_pixels=self.max_media_pixels,
             max_media_tokens=self.max_media_tokens,
             lora_adapters=self.lora,
+            lora_dir=self.lora_dir,
+            max_loras=self.max_loras,
         )

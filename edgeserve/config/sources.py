@@ -236,6 +236,7 @@ def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         keys = (*values.get("api_keys", ()), *read_api_key_file(Path(values["api_key_file"])))
         values["api_keys"] = tuple(dict.fromkeys(keys))
     _check_tls_and_hosts(values)
+    _check_lora(values)
     kv_type = values.get("kv_cache_type", "f16")
     if kv_type != "f16" and not values.get("flash_attn", False):
         raise ConfigError(
@@ -259,6 +260,31 @@ def _check_tls_and_hosts(values: Mapping[str, Any]) -> None:
             f"--allowed-hosts {ANY_HOST} needs an API key and a non-loopback --host (here "
             f"{host}): without both, any web page could reach the model by DNS rebinding; "
             "list the names instead"
+        )
+
+
+def _check_lora(values: Mapping[str, Any]) -> None:
+    """The LoRA settings: no adapter named as the model (requests for it would run under the
+    adapter), no more --lora than --max-loras, an existing --lora-dir, and runtime loading
+    behind an API key on any address but loopback."""
+    model_name = values.get("model_name") or Path(values["model"]).stem
+    adapters = values.get("lora", ())
+    if any(name == model_name for name, _ in adapters):
+        raise ConfigError(
+            f"--lora {model_name}=...: an adapter may not have the model's name (--model-name), "
+            "or every request for the model would run under it"
+        )
+    max_loras = values.get("max_loras", Settings.max_loras)
+    if len(adapters) > max_loras:
+        raise ConfigError(f"{len(adapters)} --lora adapters, more than --max-loras {max_loras}")
+    if "lora_dir" in values and not Path(values["lora_dir"]).is_dir():
+        raise ConfigError(f"LoRA folder not found: {values['lora_dir']}")
+    host = values.get("host", DEFAULT_HOST)
+    if values.get("allow_runtime_lora") and not values.get("api_keys") and not is_loopback(host):
+        raise ConfigError(
+            f"--allow-runtime-lora needs an API key on a non-loopback --host (here {host}): "
+            "anyone who can reach the port could load adapters and choose what the model "
+            "answers; set --api-key-file or API_KEY, or bind to 127.0.0.1"
         )
 
 

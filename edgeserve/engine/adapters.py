@@ -10,20 +10,30 @@ under another.
 
 The catalog is read from any thread (request checks, /v1/models) and changed only by the
 engine thread, once the backend has loaded or freed the adapter's weights.
+
+At run time (POST /v1/load_lora_adapter) an adapter loads only under `RuntimeLoading`'s rules:
+from a file whose real path (symlinks resolved) lies in the LoRA folder (--lora-dir, else the
+folders of the --lora files; with neither, from nowhere), under a name no adapter has, from a
+file no adapter was loaded from (each load is a full copy of the weights), while fewer than
+--max-loras adapters are loaded. The API refuses the names a client selects the served model
+by (api/lora_adapters/routes.py).
 """
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from edgeserve.engine.types import AdapterSet
+from edgeserve.engine.types import AdapterSet, EngineConfig
+from edgeserve.errors import AdapterRefused
 
 
 @dataclass(frozen=True)
 class Adapter:
-    """A loaded LoRA adapter: its id, the name requests choose it by, and its file."""
+    """A loaded LoRA adapter: its id, the name requests choose it by, and its file (the real
+    path, symlinks resolved)."""
 
     id: int
     name: str
@@ -65,13 +75,22 @@ class AdapterCatalog:
         with self._lock:
             return self._next_id
 
+    def loaded_from(self, path: str) -> Adapter | None:
+        """The adapter loaded from the file at real path `path`, if any."""
+        with self._lock:
+            return next((a for a in self._by_name.values() if a.path == path), None)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._by_name)
+
     def add(self, name: str, path: str) -> Adapter:
-        """Record an adapter whose weights are loaded (engine thread); ValueError when the
-        name is taken."""
+        """Record an adapter whose weights are loaded from `path` (engine thread; kept as its
+        real path); ValueError when the name is taken."""
         with self._lock:
             if name in self._by_name:
                 raise ValueError(f"an adapter named {name!r} is already loaded")
-            adapter = Adapter(self._next_id, name, path)
+            adapter = Adapter(self._next_id, name, os.path.realpath(path))
             self._next_id += 1
             self._by_name[name] = adapter
             return adapter
@@ -80,3 +99,51 @@ class AdapterCatalog:
         """Forget the adapter `name` (engine thread, before its weights are freed)."""
         with self._lock:
             return self._by_name.pop(name, None)
+
+
+@dataclass(frozen=True)
+class RuntimeLoading:
+    """Which adapters may load at run time (see the module docstring): `folders` (real paths)
+    hold their files, and at most `limit` adapters are loaded at once."""
+
+    folders: tuple[str, ...]
+    limit: int
+
+    @classmethod
+    def of(cls, config: EngineConfig) -> RuntimeLoading:
+        """The rules `config` sets: --lora-dir, else the folders of the --lora files."""
+        if config.lora_dir:
+            dirs: Sequence[str] = (config.lora_dir,)
+        else:
+            dirs = [os.path.dirname(os.path.abspath(path)) for _, path in config.lora_adapters]
+        return cls(tuple(dict.fromkeys(os.path.realpath(d) for d in dirs)), config.max_loras)
+
+    def admit(self, catalog: AdapterCatalog, name: str, path: str) -> str:
+        """The real path of the file to load as `name` from `path` (absolute, or relative to
+        a folder: the first that holds it), or AdapterRefused by the first rule it breaks."""
+        if catalog.named(name) is not None:
+            raise AdapterRefused("name_taken", name, path)
+        real = self._in_folder(name, path)
+        loaded = catalog.loaded_from(real)
+        if loaded is not None:
+            raise AdapterRefused("file_loaded", name, path, loaded_as=loaded.name)
+        if len(catalog) >= self.limit:
+            raise AdapterRefused("full", name, path, limit=self.limit)
+        return real
+
+    def _in_folder(self, name: str, path: str) -> str:
+        if not self.folders:
+            raise AdapterRefused("no_folder", name, path)
+        if "\0" in path:  # no file has such a name; os.path refuses it with ValueError
+            raise AdapterRefused("outside_folder", name, path)
+        inside = [
+            real
+            for real in (os.path.realpath(os.path.join(folder, path)) for folder in self.folders)
+            if any(os.path.commonpath((real, folder)) == folder for folder in self.folders)
+        ]
+        if not inside:
+            raise AdapterRefused("outside_folder", name, path)
+        real_file = next((real for real in inside if os.path.isfile(real)), None)
+        if real_file is None:
+            raise AdapterRefused("not_a_file", name, path)
+        return real_file

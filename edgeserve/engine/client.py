@@ -141,7 +141,7 @@ class EngineClient:
         return self.engine.config.embedding_model_path is not None
 
     async def load_adapter(self, name: str, path: str) -> Adapter:
-        """Load a LoRA adapter between engine steps (InvalidAdapter when it does not fit)."""
+        """Load a LoRA adapter between engine steps (AdapterRefused when it may not load)."""
         return await asyncio.wrap_future(self.engine.load_adapter(name, path))
 
     async def unload_adapter(self, name: str) -> Adapter:

@@ -202,7 +202,7 @@ class Backend(KvCache, Protocol):
     draft_context: DraftContext | None
 
     def load_adapter(self, adapter_id: int, path: str) -> None:
-        """Load a LoRA adapter's weights as `adapter_id` (raises AdapterLoadError when the
+        """Load a LoRA adapter's weights as `adapter_id` (raises InvalidAdapter when the
         file is not a LoRA adapter of this model)."""
         ...
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import Executor
 
-from edgeserve.engine.adapters import Adapter, AdapterCatalog
+from edgeserve.engine.adapters import Adapter, AdapterCatalog, RuntimeLoading
 from edgeserve.engine.generating import Generating
 from edgeserve.engine.inbox import Inbox
 from edgeserve.engine.jobs import AnyJob
@@ -27,6 +27,7 @@ from edgeserve.engine.step_cost import CALIBRATION_ROWS
 from edgeserve.engine.types import EngineConfig, EngineStats
 from edgeserve.errors import (
     AdapterInUse,
+    AdapterRefused,
     EngineError,
     EngineRestarted,
     InvalidAdapter,
@@ -50,6 +51,7 @@ class Stepper:
     ) -> None:
         self.config = config
         self.adapters = adapters
+        self.runtime_loading = RuntimeLoading.of(config)
         self.state = Loaded(backend, config)
         if config.draft_max > 0 and not backend.is_classifier:
             cost = self.state.scheduler.planner.step_cost
@@ -108,12 +110,16 @@ class Stepper:
         self._deliver()
 
     def load_adapter(self, name: str, path: str) -> Adapter:
-        """Load a LoRA adapter as `name` (a call from the inbox: InvalidAdapter when the name
-        is taken or the file is not an adapter of the model)."""
-        if self.adapters.named(name) is not None:
-            raise InvalidAdapter(f"an adapter named {name} is already loaded")
-        self.state.backend.load_adapter(self.adapters.next_id(), path)
-        return self.adapters.add(name, path)
+        """Load a LoRA adapter as `name` from `path` (a call from the inbox): AdapterRefused
+        when RuntimeLoading's rules refuse it or the file is not an adapter of the model (its
+        reason, llama.cpp's, is logged, never answered)."""
+        real = self.runtime_loading.admit(self.adapters, name, path)
+        try:
+            self.state.backend.load_adapter(self.adapters.next_id(), real)
+        except InvalidAdapter as exc:
+            log.warning("LoRA adapter %s not loaded: %s", name, exc)
+            raise AdapterRefused("not_lora", name, path) from None
+        return self.adapters.add(name, real)
 
     def unload_adapter(self, name: str) -> Adapter:
         """Unload the adapter `name` (a call from the inbox): UnknownAdapter when none is

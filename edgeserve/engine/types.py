@@ -49,6 +49,10 @@ class EngineConfig:
     max_media_tokens: int = 4096
     # LoRA adapters loaded with the model, as (name, GGUF path); their ids are their places.
     lora_adapters: tuple[tuple[str, str], ...] = ()
+    # The folder adapters load from at run time (None: the folders of `lora_adapters`), and
+    # the most adapters loaded at once, those loaded with the model included.
+    lora_dir: str | None = None
+    max_loras: int = 8
 
 
 @dataclass(frozen=True)

@@ -285,7 +285,7 @@ class Engine:
 
     def load_adapter(self, name: str, path: str) -> Future[Adapter]:
         """Load a LoRA adapter as `name` on the engine thread, between steps: a Future of it
-        (InvalidAdapter when the name is taken or the file does not fit the model)."""
+        (AdapterRefused: see Stepper.load_adapter)."""
         stepper = self._ready()
         return self._inbox.call(lambda: stepper.load_adapter(name, path))
 

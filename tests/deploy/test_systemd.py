@@ -131,6 +131,8 @@ def test_env_example_values_load(tmp_path, commented):
         environ["EDGESERVE_API_KEY_FILE"] = str(keys)
     if "EDGESERVE_MMPROJ" in environ:
         environ["EDGESERVE_MMPROJ"] = str(model)  # a file that exists stands for the projector
+    if "EDGESERVE_LORA_DIR" in environ:
+        environ["EDGESERVE_LORA_DIR"] = str(tmp_path)  # a folder that exists
     settings = load_settings(["--model", str(model)], environ)
     assert settings.host == "0.0.0.0"
     assert settings.log_format == "json"

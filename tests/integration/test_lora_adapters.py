@@ -263,9 +263,12 @@ async def test_the_openai_sdk_selects_an_adapter_by_model_and_sees_404s(client):
     await sdk.close()
 
 
-async def test_load_and_unload_race_with_running_requests(client, lora_engine, adapters):
+async def test_load_and_unload_race_with_running_requests(
+    client, lora_engine, adapters, model_path
+):
+    gamma_file = write_lora(adapters["beta"].parent / "gamma.gguf", model_path, seed=3)
     loaded = await client.post(
-        "/v1/load_lora_adapter", json={"lora_name": "gamma", "lora_path": str(adapters["beta"])}
+        "/v1/load_lora_adapter", json={"lora_name": "gamma", "lora_path": str(gamma_file)}
     )
     assert loaded.status == 200, await loaded.text()
     gamma = (await loaded.json())["lora_id"]
@@ -290,7 +293,7 @@ async def test_load_and_unload_race_with_running_requests(client, lora_engine, a
     await assert_engine_idle(lora_engine)
 
 
-async def test_runtime_loading_is_off_without_the_flag_and_checks_the_file(
+async def test_runtime_loading_is_off_without_the_flag_and_checks_the_request(
     aiohttp_client, lora_engine, model_path
 ):
     settings = Settings(model=str(model_path), model_name=BASE)
@@ -305,7 +308,7 @@ async def test_runtime_loading_is_off_without_the_flag_and_checks_the_file(
     not_lora = await on.post(
         "/v1/load_lora_adapter", json={"lora_name": "x", "lora_path": str(model_path)}
     )
-    assert not_lora.status == 400 and "not a LoRA adapter" in (await not_lora.json())["detail"]
+    assert not_lora.status == 400 and "outside" in (await not_lora.json())["detail"]
     taken = await on.post("/v1/load_lora_adapter", json={"lora_name": "alpha", "lora_path": "/x"})
     assert taken.status == 400 and "already loaded" in (await taken.json())["detail"]
     missing = await on.post("/v1/load_lora_adapter", json={"lora_name": "x"})
@@ -328,27 +331,3 @@ def test_an_adapter_that_does_not_fit_the_model_stops_the_server(tmp_path, model
         "adapter of this model (tensor 'blk.0.attn_q.weight' has incorrect shape (hint: maybe "
         "wrong base model?))"
     ]
-
-
-async def test_files_that_are_no_adapter_of_the_model_are_refused_with_llamacpps_reason(
-    aiohttp_client, lora_engine, model_path, tmp_path
-):
-    on = await aiohttp_client(
-        create_app(
-            Settings(model=str(model_path), allow_runtime_lora=True), EngineClient(lora_engine)
-        )
-    )
-    reasons = {
-        "other_arch": "model arch and LoRA arch mismatch",
-        "not_adapter": "expect general.type to be 'adapter', but got: model",
-        "unknown_tensor": "LoRA tensor 'blk.18.attn_q.weight' does not exist in base model",
-    }
-    bad = write_bad_loras(tmp_path, model_path) | {"missing": tmp_path / "missing.gguf"}
-    for case, path in bad.items():
-        resp = await on.post(
-            "/v1/load_lora_adapter", json={"lora_name": case, "lora_path": str(path)}
-        )
-        detail = (await resp.json())["detail"]
-        assert resp.status == 400 and detail.startswith(f"{path} is not a"), (case, detail)
-        assert reasons.get(case, "") in detail, (case, detail)
-    assert [a.name for a in lora_engine.adapters.listed()] == ["alpha", "beta"]

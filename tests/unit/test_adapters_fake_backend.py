@@ -14,7 +14,7 @@ from edgeserve.engine.adapters import AdapterCatalog, adapter_set
 from edgeserve.engine.jobs import JobState
 from edgeserve.engine.speculation import NgramIndex
 from edgeserve.engine.types import AdapterSet, Finished, TextDelta
-from edgeserve.errors import AdapterInUse, InvalidAdapter, UnknownAdapter
+from edgeserve.errors import AdapterInUse, AdapterRefused, UnknownAdapter
 from tests.unit.test_engine_fake_backend import Harness, answers, finishes
 from tests.unit.test_speculation_fake_backend import oracle
 
@@ -144,18 +144,33 @@ def test_a_request_under_an_adapter_unloaded_after_its_checks_gets_unknown_adapt
     h.assert_clean()
 
 
-def test_load_at_run_time_gets_a_new_id_and_refuses_bad_files_and_taken_names():
-    h = adapter_harness()
-    loaded = h.engine.load_adapter("gamma", "gamma.gguf")
-    bad = h.engine.load_adapter("delta", "bad.gguf")
-    taken = h.engine.load_adapter("alpha", "other.gguf")
+def test_load_at_run_time_gets_a_new_id_and_refuses_by_the_rules(tmp_path):
+    tmp_path = tmp_path.resolve()  # adapters are kept by real path
+    for name in ("alpha", "beta", "gamma", "delta", "epsilon", "bad"):
+        (tmp_path / f"{name}.gguf").write_bytes(b"GGUF")
+    startup = tuple((name, str(tmp_path / f"{name}.gguf")) for name in ("alpha", "beta"))
+    h = Harness(lora_adapters=startup, max_loras=4)  # the folder: tmp_path, theirs
+    calls = [
+        (2, h.engine.load_adapter("gamma", "gamma.gguf")),
+        ("not_lora", h.engine.load_adapter("delta", "bad.gguf")),
+        ("name_taken", h.engine.load_adapter("alpha", "delta.gguf")),
+        ("file_loaded", h.engine.load_adapter("delta", str(tmp_path / "beta.gguf"))),
+        ("outside_folder", h.engine.load_adapter("delta", "../delta.gguf")),
+        (3, h.engine.load_adapter("delta", "delta.gguf")),
+        ("full", h.engine.load_adapter("epsilon", "epsilon.gguf")),
+    ]
     h.step()
-    assert loaded.result(0).id == 2
-    with pytest.raises(InvalidAdapter):
-        bad.result(0)
-    with pytest.raises(InvalidAdapter):
-        taken.result(0)
-    assert [a.name for a in h.engine.adapters.listed()] == ["alpha", "beta", "gamma"]
+    for expected, call in calls:
+        if isinstance(expected, int):
+            assert call.result(0).id == expected
+            continue
+        with pytest.raises(AdapterRefused) as caught:
+            call.result(0)
+        assert caught.value.rule == expected
+    names = ["alpha", "beta", "gamma", "delta"]
+    assert [a.name for a in h.engine.adapters.listed()] == names
+    assert h.engine.adapters.named("gamma").path == str(tmp_path / "gamma.gguf")
+    assert h.backend.loaded_adapters == {0, 1, 2, 3}
     _, events = h.submit("the cat sat", adapters=((2, 1.0),))
     h.run_until_idle()
     assert answers(events) != [solo("the cat sat", ())]

@@ -1,7 +1,10 @@
 """POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's shapes): off unless the
-server runs with --allow-runtime-lora, and behind the API key like every endpoint. The engine
-loads and unloads between steps; unloading an adapter that a live request runs under is
-refused with 409, never pulled from under it. Each answers the adapter's /v1/models card."""
+server runs with --allow-runtime-lora, and behind the API key like every endpoint (which the
+server has on any address but loopback: config/sources.py). The engine loads and unloads
+between steps; unloading an adapter that a live request runs under is refused with 409, never
+pulled from under it. Loading follows the engine's rules (engine/adapters.py: the LoRA folder,
+one name per file, --max-loras), and no adapter takes a name a client selects the model by.
+Each answers the adapter's /v1/models card."""
 
 from __future__ import annotations
 
@@ -18,12 +21,15 @@ from edgeserve.errors import ApiError
 
 
 async def load_lora_adapter(call: Call) -> bytes:
-    """Load a LoRA GGUF as `lora_name` (400 when the name is taken or the file does not fit
-    the model)."""
+    """Load a LoRA GGUF of the LoRA folder as `lora_name`: 400 for a name with spaces or the
+    served model's, a path outside the folder, a file that is no adapter of the model, a name
+    taken; 409 for a file already loaded, or --max-loras adapters loaded."""
     _check_allowed(call)
     req = parse_body(LoadLoraAdapterRequest, call.body)
     if any(c.isspace() for c in req.lora_name):
         raise bad(Detail.LORA_NAME)
+    if req.lora_name == call.model_name:
+        raise bad(Detail.LORA_NAME_SERVED.format(name=req.lora_name))
     async with call.engine_work():
         adapter = await call.engine.load_adapter(req.lora_name, req.lora_path)
     return _card(call, adapter)

@@ -288,6 +288,32 @@ class Detail:
         "embeddings here; leave the adapter out."
     )
     LORA_NAME = "lora_name must have no spaces: requests choose the adapter by it in `model`."
+    LORA_NAME_SERVED = (
+        "lora_name {name} is the served model's name: every request for the model would run "
+        "under the adapter; choose another name."
+    )
+    LORA_NAME_TAKEN = (
+        "An adapter named {name} is already loaded; choose another lora_name, or unload it "
+        "first."
+    )
+    LORA_NO_FOLDER = (
+        "lora_path {path} cannot be loaded: this server has no LoRA folder to load adapters "
+        "from at run time; start it with --lora-dir DIR."
+    )
+    LORA_OUTSIDE_FOLDER = (
+        "lora_path {path} is outside the server's LoRA folder (--lora-dir); adapters load at "
+        "run time only from files in it."
+    )
+    LORA_NOT_A_FILE = "lora_path {path} is no file in the server's LoRA folder."
+    LORA_NOT_AN_ADAPTER = "lora_path {path} is not a LoRA adapter GGUF of the served model."
+    LORA_FILE_LOADED = (
+        "lora_path {path} is already loaded, as the adapter {loaded_as}; requests choose it by "
+        "that name."
+    )
+    LORA_FULL = (
+        "{limit} LoRA adapters are loaded, the most this server holds (--max-loras); unload "
+        "one first."
+    )
     RUNTIME_LORA_OFF = (
         "Loading and unloading LoRA adapters at run time is off; start the server with "
         "--allow-runtime-lora."

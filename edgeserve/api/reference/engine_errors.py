@@ -10,7 +10,7 @@ from edgeserve.api.reference.limits import bad
 
 def engine_error(exc: errors.EngineError) -> errors.ApiError:
     """The client-visible error for an engine exception (503 busy/stopping, 400 too long/large,
-    404 an adapter not loaded, 409 an adapter in use).
+    404 an adapter not loaded, 409 an adapter in use, 400 or 409 an adapter refused).
 
     An EngineError of no known kind is the server's own fault: 500.
     """
@@ -39,9 +39,24 @@ def engine_error(exc: errors.EngineError) -> errors.ApiError:
         case errors.AdapterInUse():
             detail = Detail.ADAPTER_IN_USE.format(name=exc.name, requests=exc.requests)
             return errors.ApiError(409, detail)
-        case errors.InvalidAdapter():
-            return bad(str(exc))
+        case errors.AdapterRefused():
+            status, template = _ADAPTER_REFUSALS[exc.rule]
+            fields = {"name": exc.name, "path": exc.path, "loaded_as": exc.loaded_as}
+            return errors.ApiError(status, template.format(**fields, limit=exc.limit))
     return errors.ApiError(500, Detail.ENGINE_FAILED)
+
+
+# Each rule of a runtime LoRA load: 400 for a request that cannot succeed as sent, 409 for one
+# that conflicts with what is loaded now.
+_ADAPTER_REFUSALS: dict[errors.AdapterRule, tuple[int, str]] = {
+    "name_taken": (400, Detail.LORA_NAME_TAKEN),
+    "no_folder": (400, Detail.LORA_NO_FOLDER),
+    "outside_folder": (400, Detail.LORA_OUTSIDE_FOLDER),
+    "not_a_file": (400, Detail.LORA_NOT_A_FILE),
+    "not_lora": (400, Detail.LORA_NOT_AN_ADAPTER),
+    "file_loaded": (409, Detail.LORA_FILE_LOADED),
+    "full": (409, Detail.LORA_FULL),
+}
 
 
 def token_engine_error(exc: errors.EngineError, where: str) -> errors.ApiError:
