@@ -265,8 +265,8 @@ def _check_tls_and_hosts(values: Mapping[str, Any]) -> None:
 
 def _check_lora(values: Mapping[str, Any]) -> None:
     """The LoRA settings: no adapter named as the model (requests for it would run under the
-    adapter), no more --lora than --max-loras, an existing --lora-dir, and runtime loading
-    behind an API key on any address but loopback."""
+    adapter), no file under two names, no more --lora than --max-loras, an existing
+    --lora-dir, and runtime loading behind an API key on any address but loopback."""
     model_name = values.get("model_name") or Path(values["model"]).stem
     adapters = values.get("lora", ())
     if any(name == model_name for name, _ in adapters):
@@ -274,6 +274,15 @@ def _check_lora(values: Mapping[str, Any]) -> None:
             f"--lora {model_name}=...: an adapter may not have the model's name (--model-name), "
             "or every request for the model would run under it"
         )
+    first_named: dict[str, str] = {}
+    for name, path in adapters:
+        real = str(Path(path).resolve())
+        earlier = first_named.setdefault(real, name)
+        if earlier != name:
+            raise ConfigError(
+                f"--lora {earlier} and --lora {name} are the same file ({real}): each file "
+                "loads once (a full copy of its weights each time); give it one name"
+            )
     max_loras = values.get("max_loras", Settings.max_loras)
     if len(adapters) > max_loras:
         raise ConfigError(f"{len(adapters)} --lora adapters, more than --max-loras {max_loras}")

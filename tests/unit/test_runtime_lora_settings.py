@@ -70,6 +70,12 @@ def test_lora_dir_and_max_loras_from_flags_env_and_file(tmp_path, model):
             "2 --lora adapters, more than --max-loras 1",
         ),
         (
+            ["--lora", "a=/x/a.gguf", "--lora", "b=/x/../x/a.gguf"],
+            {},
+            "--lora a and --lora b are the same file (/x/a.gguf): each file loads once (a full "
+            "copy of its weights each time); give it one name",
+        ),
+        (
             ["--lora", "tiny-model=a.gguf"],
             {},
             "--lora tiny-model=...: an adapter may not have the model's name (--model-name), or "
