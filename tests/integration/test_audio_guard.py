@@ -107,8 +107,11 @@ async def test_lying_and_foreign_audio_are_400s_and_the_server_process_lives(
         async with aiohttp.ClientSession() as session:
             await server.wait_ready(session, timeout=120)
             for name, (data, kind, why) in REFUSED.items():
-                async with session.post(url, data=chat_body(data, kind), headers=JSON) as resp:
-                    status, body = resp.status, await resp.json()
+                try:
+                    async with session.post(url, data=chat_body(data, kind), headers=JSON) as r:
+                        status, body = r.status, await r.json()
+                except aiohttp.ClientConnectionError:
+                    pytest.fail(f"{name}: the server died (exit {server.proc.wait(timeout=30)})")
                 assert server.proc.poll() is None, f"{name}: exit {server.proc.returncode}"
                 assert status == 400, (name, body)
                 assert body["detail"].startswith("media item 0 (audio): "), (name, body)
