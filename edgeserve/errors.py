@@ -12,6 +12,7 @@
       ├── PromptTooLong(n_prompt, n_ctx)   a prompt that cannot fit in the context (n_prompt
       │                                    may be a lower bound, at_least)
       ├── RequestTooLarge(what, got, limit) a request over a configured engine limit
+      ├── MediaTooLarge(positions)         a media item over what the request has left
       ├── UnknownToken(position, token)    a token id outside the model's vocabulary
       ├── InvalidPrompt(message)           the chat template refused the conversation
       │     └── InvalidMedia(message)      an image or clip that cannot be read or is too big
@@ -95,6 +96,15 @@ class RequestTooLarge(EngineError):
         self.what = what
         self.got = got
         self.limit = limit
+
+
+class MediaTooLarge(EngineError):
+    """A media item takes more positions than its request has left of --max-media-tokens:
+    known once the projector has tokenized it, before anything is encoded."""
+
+    def __init__(self, positions: int) -> None:
+        super().__init__(f"the media item takes {positions} positions")
+        self.positions = positions
 
 
 class UnknownToken(EngineError):

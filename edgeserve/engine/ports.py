@@ -26,6 +26,7 @@ from edgeserve.engine.types import (
 if TYPE_CHECKING:
     import numpy as np
 
+    from edgeserve.engine.audio import AudioClip
     from edgeserve.engine.images import DecodedImage
 
 
@@ -232,10 +233,12 @@ class Backend(KvCache, Protocol):
         ...
 
     def encode_media(
-        self, media: DecodedImage | bytes, digest: bytes
+        self, media: DecodedImage | AudioClip, max_positions: int
     ) -> list[list[int] | MediaEmbeddings]:
-        """An image's pixels or an audio file's bytes through the projector (prepare thread):
-        the tokens around it and its embeddings, in order (raises InvalidMedia)."""
+        """An image's pixels or an audio file (its header read) through the projector
+        (prepare thread): the tokens around it and its embeddings, in order. Raises
+        InvalidMedia, or MediaTooLarge when it takes more than `max_positions` positions
+        (known before anything is encoded; a clip's length is held to them first)."""
         ...
 
     def new_sampler(

@@ -9,12 +9,12 @@ prompts are used as given, once every id is known to be in the vocabulary.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import replace
 
 from edgeserve import grammars
-from edgeserve.engine.images import decode_image
+from edgeserve.engine.audio import AudioClip, read_audio
+from edgeserve.engine.images import DecodedImage, decode_image
 from edgeserve.engine.jobs import MediaSpan, Prompt, media_ids
 from edgeserve.engine.ports import Backend, MediaEmbeddings
 from edgeserve.engine.scoring import TextState
@@ -32,6 +32,7 @@ from edgeserve.engine.types import (
 from edgeserve.errors import (
     InvalidMedia,
     InvalidPrompt,
+    MediaTooLarge,
     PromptTooLong,
     RequestTooLarge,
     UnknownToken,
@@ -135,7 +136,7 @@ def _media_prompt(
         tokens += backend.tokenize(piece, add_special=False, parse_special=True)
         if media is None:
             break
-        for part in _encoded(backend, config, media, number):
+        for part in _encoded(backend, config, media, number, positions):
             if isinstance(part, list):
                 tokens += part
                 continue
@@ -145,9 +146,7 @@ def _media_prompt(
                     f"media item {number} takes {n} positions, more than the {room} "
                     "one decode may hold (--batch-size)"
                 )
-            positions += n
-            if positions > config.max_media_tokens:
-                raise RequestTooLarge("media tokens", positions, config.max_media_tokens)
+            positions += n  # within --max-media-tokens: encode_media checked before encoding
             spans.append(MediaSpan(len(tokens), part.rows, part.non_causal))
             tokens += media_ids(part.digest, n)
     if backend.add_bos and (not tokens or tokens[0] != backend.bos):
@@ -159,19 +158,26 @@ def _media_prompt(
 
 
 def _encoded(
-    backend: Backend, config: EngineConfig, media: Media, number: int
+    backend: Backend, config: EngineConfig, media: Media, number: int, positions: int
 ) -> list[list[int] | MediaEmbeddings]:
-    """Media item `number` of a conversation through the projector (InvalidMedia naming it
-    when it cannot be read, or the model does not take its kind)."""
+    """Media item `number` of a conversation, after media of `positions` positions, through
+    the projector: InvalidMedia naming it when it cannot be read (an image's header or an
+    audio file's, read in Python first) or the model does not take its kind; RequestTooLarge
+    when it would take the request past --max-media-tokens (never encoded then)."""
     if media.kind not in backend.media_kinds:
         raise InvalidMedia(f"media item {number}: this model takes no {media.kind} input")
     try:
+        item: DecodedImage | AudioClip
         if media.kind == "image":
-            image = decode_image(media.data, config.max_media_pixels)
-            return backend.encode_media(image, image.digest)
-        return backend.encode_media(media.data, hashlib.sha256(b"audio" + media.data).digest())
+            item = decode_image(media.data, config.max_media_pixels)
+        else:
+            item = read_audio(media.data)
+        return backend.encode_media(item, config.max_media_tokens - positions)
     except InvalidMedia as exc:
         raise InvalidMedia(f"media item {number} ({media.kind}): {exc}") from None
+    except MediaTooLarge as exc:
+        total = positions + exc.positions
+        raise RequestTooLarge("media tokens", total, config.max_media_tokens) from None
 
 
 def prepare_score(backend: Backend, config: EngineConfig, request: ScoreRequest) -> list[TextState]:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import llama_cpp as lc
 import numpy as np
 
+from edgeserve.engine.audio import AudioClip
 from edgeserve.engine.chat_template import ChatTemplate, resolve_template
 from edgeserve.engine.images import DecodedImage
 from edgeserve.engine.llama.batch import TokenBatch
@@ -194,12 +195,12 @@ class LlamaBackend:
             lc.llama_batch_free(batch)
 
     def encode_media(
-        self, media: DecodedImage | bytes, digest: bytes
+        self, media: DecodedImage | AudioClip, max_positions: int
     ) -> list[list[int] | MediaEmbeddings]:
         """Through the projector, on a prepare thread (see Backend.encode_media)."""
         if self.projector is None:
             raise InvalidMedia("this model takes text only (no --mmproj)")
-        return self.projector.encode(media, digest)
+        return self.projector.encode(media, max_positions)
 
     def new_sampler(self, params: SamplingParams, seed_offset: int, gbnf: str | None) -> Sampler:
         """A native sampler chain (and grammar) reading this context's logits."""

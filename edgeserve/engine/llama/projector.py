@@ -6,24 +6,34 @@ and one embedding row per position it takes. This runs on prepare threads, one i
 (the mtmd context is not thread-safe); the engine thread decodes the rows into a sequence
 (`LlamaBackend.decode_media`). llama-cpp-python's own chat handlers cannot be used: they
 reset the context and decode into sequence 0.
+
+An item reaches libmtmd only as Pillow's pixels (engine/images.py) or as an audio file whose
+header engine/audio.py read, its length held to the request's media tokens here, before the
+helper allocates its samples; it is tokenized first, and encoded only once all its positions
+fit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import llama_cpp as lc
 import numpy as np
 
+from edgeserve.engine.audio import AudioClip, AudioInput, check_length
 from edgeserve.engine.images import DecodedImage
 from edgeserve.engine.llama.native_log import native_log_callback
 from edgeserve.engine.ports import MediaEmbeddings
 from edgeserve.engine.types import MediaKind
-from edgeserve.errors import InvalidMedia
+from edgeserve.errors import InvalidMedia, MediaTooLarge
 
 _TEXT_CHUNK = 0  # MTMD_INPUT_CHUNK_TYPE_TEXT
+# The silent clip whose tokens measure a projector's tokens per second: whisper's chunk.
+PROBE_SECONDS = 30
 
 
 class ProjectorLoadError(RuntimeError):
@@ -72,51 +82,101 @@ class Projector:
         kinds: set[MediaKind] = set()
         if mtmd.mtmd_support_vision(ctx):
             kinds.add("image")
+        self.audio: AudioInput | None = None
         if mtmd.mtmd_support_audio(ctx):
             kinds.add("audio")
+            self.audio = self._measure_audio(path)
         self.kinds = frozenset(kinds)
 
     def encode(
-        self, media: DecodedImage | bytes, digest: bytes
+        self, media: DecodedImage | AudioClip, max_positions: int
     ) -> list[list[int] | MediaEmbeddings]:
-        """An image's RGB pixels (or an audio file's bytes) as the model reads it: text tokens
-        and embeddings, in order. InvalidMedia when libmtmd cannot read or encode it."""
+        """An image's RGB pixels (or an audio file read by engine/audio.py) as the model reads
+        it: text tokens and embeddings, in order. InvalidMedia when libmtmd cannot read or
+        encode it, or a clip lasts longer than `max_positions` could hold; MediaTooLarge
+        when it takes more than `max_positions` positions (before it is encoded)."""
         mtmd = self._mtmd
         with self._lock:
-            bitmap = self._bitmap(media)
-            chunks = mtmd.mtmd_input_chunks_init()
+            bitmap = self._bitmap(media, max_positions)
             try:
-                mtmd.mtmd_bitmap_set_id(bitmap, digest.hex().encode())
-                marker = mtmd.mtmd_default_marker()
-                text = mtmd.mtmd_input_text()
-                text.text, text.text_len = marker, len(marker)
-                text.add_special, text.parse_special = False, True
-                bitmaps = (ctypes.c_void_p * 1)(bitmap)
-                if mtmd.mtmd_tokenize(self._ctx, chunks, ctypes.byref(text), bitmaps, 1) != 0:
-                    raise InvalidMedia("the projector could not take this media item")
-                return [
-                    self._piece(mtmd.mtmd_input_chunks_get(chunks, i), digest)
-                    for i in range(mtmd.mtmd_input_chunks_size(chunks))
-                ]
+                mtmd.mtmd_bitmap_set_id(bitmap, media.digest.hex().encode())
+                with self._tokenized(bitmap) as chunks:
+                    positions = self._positions(chunks)
+                    if positions > max_positions:
+                        raise MediaTooLarge(positions)
+                    return [self._piece(chunk, media.digest) for chunk in chunks]
             finally:
-                mtmd.mtmd_input_chunks_free(chunks)
                 mtmd.mtmd_bitmap_free(bitmap)
 
-    def _bitmap(self, media: DecodedImage | bytes) -> Any:
+    def _measure_audio(self, path: str) -> AudioInput:
+        """The projector's sample rate, and the media tokens a second of audio takes: a silent
+        clip of PROBE_SECONDS tokenized (its mel spectrogram made, nothing encoded), so every
+        projector type counts as it will count a clip. Whisper pads a clip by a 30 s chunk,
+        so the measure may be twice the rate (engine/audio.py's margin allows for it)."""
+        mtmd = self._mtmd
+        rate = mtmd.mtmd_get_audio_sample_rate(self._ctx)
+        n = PROBE_SECONDS * rate
+        bitmap = mtmd.mtmd_bitmap_init_from_audio(n, (ctypes.c_float * n)())
+        try:
+            with self._tokenized(bitmap) as chunks:
+                positions = self._positions(chunks)
+        except InvalidMedia:
+            positions = 0
+        finally:
+            mtmd.mtmd_bitmap_free(bitmap)
+        if positions == 0:
+            self.close()
+            raise ProjectorLoadError(f"the projector {path} could not tokenize a silent clip")
+        return AudioInput(rate, positions / PROBE_SECONDS)
+
+    def _bitmap(self, media: DecodedImage | AudioClip, max_positions: int) -> Any:
         mtmd = self._mtmd
         if isinstance(media, DecodedImage):
             # a pointer into the bytes (no copy: libmtmd copies the pixels itself)
             pixels = ctypes.cast(ctypes.c_char_p(media.rgb), ctypes.POINTER(ctypes.c_ubyte))
-            bitmap = mtmd.mtmd_bitmap_init(media.width, media.height, pixels)
-        else:
-            data = (ctypes.c_uint8 * len(media)).from_buffer_copy(media)
-            bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(self._ctx, data, len(media), False)
-            if bitmap and not mtmd.mtmd_bitmap_is_audio(bitmap):
-                mtmd.mtmd_bitmap_free(bitmap)
-                bitmap = None
+            return mtmd.mtmd_bitmap_init(media.width, media.height, pixels)
+        if self.audio is None:
+            raise InvalidMedia("this projector takes no audio")
+        # The helper sizes its sample buffer from the header: held to the budget first.
+        check_length(media, self.audio, max_positions)
+        data = (ctypes.c_uint8 * len(media.data)).from_buffer_copy(media.data)
+        bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(self._ctx, data, len(data), False)
+        if bitmap and not mtmd.mtmd_bitmap_is_audio(bitmap):
+            mtmd.mtmd_bitmap_free(bitmap)
+            bitmap = None
         if not bitmap:
-            raise InvalidMedia("the audio clip could not be decoded (send WAV, MP3 or FLAC)")
+            raise InvalidMedia(f"the {media.container} clip could not be decoded")
         return bitmap
+
+    @contextlib.contextmanager
+    def _tokenized(self, bitmap: Any) -> Iterator[list[Any]]:
+        """The chunks libmtmd makes of one item: the text that frames it and its positions
+        (mtmd_tokenize: an image is resized, a clip's mel spectrogram made; no encoding)."""
+        mtmd = self._mtmd
+        chunks = mtmd.mtmd_input_chunks_init()
+        try:
+            marker = mtmd.mtmd_default_marker()
+            text = mtmd.mtmd_input_text()
+            text.text, text.text_len = marker, len(marker)
+            text.add_special, text.parse_special = False, True
+            bitmaps = (ctypes.c_void_p * 1)(bitmap)
+            if mtmd.mtmd_tokenize(self._ctx, chunks, ctypes.byref(text), bitmaps, 1) != 0:
+                raise InvalidMedia("the projector could not take this media item")
+            yield [
+                mtmd.mtmd_input_chunks_get(chunks, i)
+                for i in range(mtmd.mtmd_input_chunks_size(chunks))
+            ]
+        finally:
+            mtmd.mtmd_input_chunks_free(chunks)
+
+    def _positions(self, chunks: list[Any]) -> int:
+        """The positions the media chunks among `chunks` take."""
+        mtmd = self._mtmd
+        return sum(
+            mtmd.mtmd_input_chunk_get_n_tokens(chunk)
+            for chunk in chunks
+            if mtmd.mtmd_input_chunk_get_type(chunk) != _TEXT_CHUNK
+        )
 
     def _piece(self, chunk: Any, digest: bytes) -> list[int] | MediaEmbeddings:
         mtmd = self._mtmd
