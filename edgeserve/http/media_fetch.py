@@ -3,15 +3,19 @@ client cannot make the server reach its own network (SSRF).
 
 - http and https only; redirects are followed here (at most MAX_REDIRECTS), each target
   checked as the first URL is;
-- every address a host name resolves to must be public (not private, loopback, link-local,
-  multicast or reserved) unless --allow-private-media-urls, and the connection goes to exactly
-  the addresses that were checked: the connector's resolver is `VettedResolver`, so no second
-  lookup happens between the check and the connect (DNS rebinding); an IP-literal host, which
-  the connector does not resolve, is checked before the request;
+- every address a host name resolves to must be public (`is_public`, the rule the request's
+  check applies too: api/common/addresses.py) unless --allow-private-media-urls, and the
+  connection goes to exactly the addresses that were checked: the connector's resolver is
+  `VettedResolver`, so no second lookup happens between the check and the connect (DNS
+  rebinding); an IP-literal host, which the connector does not resolve, is checked before the
+  request, and a host that ends in a number but is not a canonical address (2130706433, 127.1,
+  0x7f.1) is refused whatever the rule;
+- the request's check looks hosts up through `addresses`, with the downloads' own resolver;
 - the body may not exceed the size limit (a Content-Length over it is refused before reading,
   a longer stream as soon as it passes it), and the whole download, redirects included, must
-  end within --media-fetch-timeout-s;
-- no proxies from the environment, no decompression (the bytes are the file's).
+  end within --media-fetch-timeout-s (a lookup too);
+- no proxies from the environment, no decompression (the bytes are the file's), no cookies
+  (one client's download never carries a cookie another's received).
 
 Every failure is a `FetchError` whose reason completes "could not fetch X's image: …".
 """
@@ -21,8 +25,8 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from collections.abc import Callable
-from typing import Final
+from collections.abc import Callable, Coroutine
+from typing import Any, Final, TypeVar
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
@@ -30,22 +34,15 @@ from aiohttp.resolver import ThreadedResolver
 from yarl import URL
 
 import edgeserve
+from edgeserve.api.common.addresses import IPAddress, NumericHost, is_public, literal_address
 from edgeserve.api.reference.fetcher import FetchError
 
 MAX_REDIRECTS = 5
 _REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 64 * 1024
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 AddressRule = Callable[[IPAddress], bool]
-
-
-def is_public(address: IPAddress) -> bool:
-    """Whether `address` is a global unicast address (an IPv4-mapped IPv6 address is judged
-    as the IPv4 address it carries)."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_global and not address.is_multicast
+T = TypeVar("T")
 
 
 def _refused(host: str, address: IPAddress) -> FetchError:
@@ -80,8 +77,9 @@ class VettedResolver(AbstractResolver):
 
 class HttpMediaFetcher:
     """The server's `MediaFetcher`: one aiohttp session, opened by `start` on the app's event
-    loop and closed by `close`. `fetch` may be awaited on any loop (a large request's checks
-    run on a worker thread's loop): the download itself always runs on the session's loop.
+    loop and closed by `close`. `fetch` and `addresses` may be awaited on any loop (a large
+    request's checks run on a worker thread's loop): the work itself always runs on the
+    session's loop (whose executor, not the worker loop's, holds a lookup's thread).
 
     `resolver` (default: getaddrinfo on a thread) and `allowed` (default: public addresses,
     any with `allow_private`) exist for tests."""
@@ -98,36 +96,56 @@ class HttpMediaFetcher:
         self._allowed = allowed or (lambda address: allow_private or is_public(address))
         self._resolver = resolver
         self._session: aiohttp.ClientSession | None = None
+        self._lookups: AbstractResolver | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
         """Open the session on the running loop."""
         self._loop = asyncio.get_running_loop()
-        resolver = VettedResolver(self._resolver or ThreadedResolver(), self._allowed)
+        self._lookups = self._resolver or ThreadedResolver()
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(resolver=resolver, use_dns_cache=False),
+            connector=aiohttp.TCPConnector(
+                resolver=VettedResolver(self._lookups, self._allowed), use_dns_cache=False
+            ),
             headers={
                 "User-Agent": f"edgeserve/{edgeserve.__version__}",
                 "Accept-Encoding": "identity",
             },
             auto_decompress=False,
             trust_env=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
         )
 
     async def close(self) -> None:
         """Close the session (and its connections)."""
         if self._session is not None:
             await self._session.close()
-            self._session = None
+            self._session = self._lookups = None
 
     async def fetch(self, url: str, limit: int) -> bytes:
         """The body of `url`, at most `limit` bytes; raises FetchError."""
-        if self._session is None or self._loop is None:
+        if self._session is None:
             raise FetchError("the server is not serving")
+        return await self._on_session_loop(self._fetch(self._session, url, limit))
+
+    async def addresses(self, host: str) -> list[str]:
+        """Every address `host` resolves to, looked up as a download looks it up and not
+        judged (the request's check judges them); OSError when it does not resolve within
+        --media-fetch-timeout-s."""
+        if self._lookups is None:
+            raise FetchError("the server is not serving")
+        return await self._on_session_loop(self._addresses(self._lookups, host))
+
+    async def _on_session_loop(self, work: Coroutine[Any, Any, T]) -> T:
+        assert self._loop is not None
         if asyncio.get_running_loop() is self._loop:
-            return await self._fetch(self._session, url, limit)
-        work = asyncio.run_coroutine_threadsafe(self._fetch(self._session, url, limit), self._loop)
-        return await asyncio.wrap_future(work)
+            return await work
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self._loop))
+
+    async def _addresses(self, resolver: AbstractResolver, host: str) -> list[str]:
+        async with asyncio.timeout(self._timeout_s):
+            results = await resolver.resolve(host, 0, socket.AF_UNSPEC)
+        return [result["host"] for result in results]
 
     async def _fetch(self, session: aiohttp.ClientSession, url: str, limit: int) -> bytes:
         try:
@@ -161,18 +179,18 @@ class HttpMediaFetcher:
         raise FetchError(f"more than {MAX_REDIRECTS} redirects")
 
     def _check_target(self, url: URL) -> None:
-        """An http(s) URL with a host; an IP-literal host must be allowed (names are checked
-        by the resolver)."""
+        """An http(s) URL with a host; an IP-literal host must be canonical and allowed
+        (names are checked by the resolver)."""
         if url.scheme not in ("http", "https"):
             raise FetchError(f"it redirects to {str(url)!r}, which is not an http(s) URL")
         host = url.raw_host
         if not host:
             raise FetchError("a URL without a host")
         try:
-            address = ipaddress.ip_address(host)
-        except ValueError:
-            return
-        if not self._allowed(address):
+            address = literal_address(host)
+        except NumericHost as exc:
+            raise FetchError(str(exc)) from None
+        if address is not None and not self._allowed(address):
             raise _refused(host, address)
 
 

@@ -4,7 +4,7 @@ answers under.
 
 The reference decodes the body before it checks the key (a malformed body is a 422 even
 without a key). With a key set, edgeserve decides the key first and reads no byte of an
-unauthorised body (divergence 21): reading and decoding 32 MiB of JSON costs ~770 MiB and a
+unauthorised body (divergence 22): reading and decoding 32 MiB of JSON costs ~770 MiB and a
 second of CPU, which nobody without a key may spend. Without a key the order is the
 reference's, since there is no key to check."""
 

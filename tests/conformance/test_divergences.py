@@ -3,6 +3,9 @@
 1. Stream-mode validation errors are clean JSON errors sent before any SSE byte (the E-table
    rows run in both modes in test_errors.py; here: S2 and edgeserve's own checks).
 2. No 500 for anything a client sends: a fuzz table of inputs that crash the reference.
+
+And README divergence 21: media URL and path checks that give nothing away and cost nothing
+for media the request cannot take.
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ PROMPT_TOO_LONG = re.compile(
     r"shorten the messages \(it must leave room for at least one new token\)\."
 )
 PARSE = "There was an error parsing the body"
+E11 = "Invalid URL: 403: Access to private or reserved IP addresses is not allowed."
 
 
 def raw_chat(extra: bytes) -> bytes:
@@ -454,3 +458,41 @@ async def test_body_over_the_limit_is_413(client, chunked):
         "The request body is larger than this server's limit of 33554432 bytes; "
         "send a smaller request."
     )
+
+
+@pytest.mark.parametrize("path", ["cat.png", "missing.png", "folder", "../cat.png", "rel.png"])
+async def test_with_local_files_disabled_every_path_is_e7(make_client, monkeypatch, tmp_path, path):
+    # The reference answers E7 for an existing file only (E9 otherwise): a file-existence oracle.
+    (tmp_path / "safe").mkdir()
+    (tmp_path / "safe" / "cat.png").write_bytes(b"\x89PNG")
+    (tmp_path / "safe" / "folder").mkdir()
+    monkeypatch.setenv("ALLOW_LOCAL_FILES", "0")
+    monkeypatch.setenv("SAFE_MEDIA_PATH", str(tmp_path / "safe"))
+    client = await make_client()
+    url = path if path == "rel.png" else str(tmp_path / "safe" / path)
+    reply = await post(client, CHAT, chat(media(url)))
+    assert_error(reply, 403, detail("Local file access is disabled."))
+
+
+@pytest.mark.parametrize(
+    ("url", "status", "text"),
+    [
+        pytest.param(
+            "http://1572394766/x.png",  # 93.184.215.14, which the reference would fetch
+            400,
+            "Invalid URL: the host 1572394766 ends in a number but is not an IPv4 address "
+            "written as four decimal numbers (a.b.c.d)",
+            id="numeric-public-host-E13",
+        ),
+        pytest.param("http://127.1/x.png", 400, E11, id="numeric-private-host-E11"),
+        pytest.param("http://[64:ff9b::7f00:1]/x.png", 400, E11, id="nat64-loopback-E11"),
+        pytest.param(
+            "http://images.example.test/x.png",  # the reference: E12 after a lookup
+            400,
+            TEXT_ONLY.format(what="an image", plural="images"),
+            id="text-only-model-no-lookup",
+        ),
+    ],
+)
+async def test_media_url_divergences(client, url, status, text):
+    assert_error(await post(client, CHAT, chat(media(url))), status, detail(text))

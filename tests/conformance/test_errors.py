@@ -236,7 +236,8 @@ async def test_e8_relative_path_of_an_existing_file(make_client, monkeypatch, me
 
 
 async def test_a_folder_is_not_a_local_file(make_client, monkeypatch, media_files):
-    monkeypatch.setenv("ALLOW_LOCAL_FILES", "0")
+    # Local files enabled: disabled, any path is E7 (README divergence 21, test_divergences.py).
+    monkeypatch.setenv("ALLOW_LOCAL_FILES", "1")
     client = await make_client()
     reply = await post(client, CHAT, chat(media(str(media_files["inside"].parent))))
     assert_error(reply, 400, detail(E9))

@@ -85,7 +85,7 @@ PRECEDENCE = [
     row("405-before-401", None, 405, "Method Not Allowed", method="GET", settings=KEY),
     row("405-before-422", b"{bad", 405, "Method Not Allowed", method="PUT", settings=KEY),
     # step 2 (decode): without a key, as the reference; with one, the key is decided from the
-    # headers before any byte of the body is read (divergence 21)
+    # headers before any byte of the body is read (divergence 22)
     row("422-json-without-key", b"{bad", 422, JSON_INVALID),
     row("400-utf8-without-key", b'{"model":"\xff"}', 400, "There was an error parsing the body"),
     row("401-before-json", b"{bad", 401, "Invalid API key.", settings=KEY),

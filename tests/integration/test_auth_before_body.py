@@ -1,5 +1,5 @@
 """The API key and the declared body size are decided from the headers: with a key set, no
-byte of an unauthorised body is read (divergence 21), and a Content-Length over
+byte of an unauthorised body is read (divergence 22), and a Content-Length over
 --max-body-bytes is a 413 before any is. Each test sends the headers and only the first bytes
 of a large body over a raw socket, then waits for the answer: a server that reads the body
 first never answers, since the rest never comes."""

@@ -1,7 +1,8 @@
 """Media in requests (api/common/media.py and each API's translate.py), no model: content items
 to the engine's ChatTurns (one MEDIA_MARKER per item where it sits, the bytes in order, across
 messages), the limits, every refusal with its status and detail, and its place among the
-reference's checks. Downloads go to `Fetched`, a MediaFetcher that answers from a dict.
+reference's checks. Downloads and lookups go to `Fetched`, a MediaFetcher that answers from
+dicts and records every lookup (also one that bypasses it: see `no_dns`).
 
 The reference's own media errors for a text-only model are in test_reference_checks.py.
 """
@@ -9,6 +10,9 @@ The reference's own media errors for a text-only model are in test_reference_che
 from __future__ import annotations
 
 import base64
+import ipaddress
+import os
+import socket
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -33,6 +37,9 @@ JPEG = b"\xff\xd8\xff\xe0fake jpeg"
 WAV = b"RIFF....WAVEfmt fake wav"
 URL_PRIVATE = "Invalid URL: 403: Access to private or reserved IP addresses is not allowed."
 URL_SCHEME = "Invalid URL: 400: Only HTTP/HTTPS URLs are allowed."
+TEXT_ONLY_IMAGE = Detail.MEDIA_TEXT_ONLY.format(
+    where="messages[0].content[0]", what="an image", plural="images"
+)
 REMOTE = "http://93.184.215.14/cat.jpg"  # a public IP literal: checked without a DNS lookup
 
 
@@ -41,11 +48,14 @@ def data_url(data: bytes, mime: str = "image/png") -> str:
 
 
 class Fetched:
-    """A MediaFetcher answering from `bodies` (a FetchError is raised); records what it got."""
+    """A MediaFetcher answering downloads from `bodies` (a FetchError is raised) and lookups
+    from `names` (others do not resolve); records what it got."""
 
     def __init__(self, **bodies: bytes | FetchError) -> None:
         self.bodies = {REMOTE: JPEG, **bodies}
         self.asked: list[tuple[str, int]] = []
+        self.names = {"cdn.test": ["93.184.215.14"]}
+        self.lookups: list[str] = []
 
     async def fetch(self, url: str, limit: int) -> bytes:
         self.asked.append((url, limit))
@@ -54,10 +64,33 @@ class Fetched:
             raise body
         return body
 
+    async def addresses(self, host: str) -> list[str]:
+        self.lookups.append(host)
+        if host not in self.names:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return self.names[host]
+
 
 @pytest.fixture
 def fetched() -> Fetched:
     return Fetched()
+
+
+@pytest.fixture(autouse=True)
+def no_dns(monkeypatch, fetched: Fetched) -> None:
+    """getaddrinfo of a host name (a lookup that bypasses the fetcher) is recorded in
+    `fetched.lookups` too, and fails: no test reaches a DNS server."""
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            fetched.lookups.append(host)
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known") from None
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
 
 
 @pytest.fixture
@@ -351,6 +384,144 @@ async def test_private_urls_pass_the_check_with_the_switch(limits, fetched):
     assert turns[0].media == (Media("image", PNG),)
 
 
+async def test_a_host_name_is_looked_up_through_the_fetcher(limits, fetched):
+    fetched.bodies["http://cdn.test/cat.png"] = PNG
+    turns = await chat_turns(chat(user([image("http://cdn.test/cat.png")])), limits)
+    assert turns[0].media == (Media("image", PNG),)
+    assert fetched.lookups == ["cdn.test"]
+
+
+# IPv6 forms of loopback, private and metadata addresses that carry them as IPv4 addresses.
+CARRIERS = [
+    "::127.0.0.1",
+    "::ffff:0:7f00:1",
+    "64:ff9b::a9fe:a9fe",
+    "64:ff9b:1::a00:1",
+    "2002:a9fe:a9fe::1",
+    "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+    "fec0::1",
+]
+
+
+@pytest.mark.parametrize("address", CARRIERS)
+async def test_ipv6_forms_that_carry_an_ipv4_address_are_e11(limits, fetched, address):
+    fetched.names["carrier.test"] = [address]
+    for url in (f"http://[{address}]/x.png", "http://carrier.test/x.png"):
+        error = await chat_error(chat(user([image(url)])), limits)
+        assert (error.status, error.detail) == (400, URL_PRIVATE)
+    assert fetched.asked == []
+
+
+async def test_every_address_of_a_name_is_judged(limits, fetched):
+    # The reference judges the first getaddrinfo answer only.
+    fetched.names["mixed.test"] = ["93.184.215.14", "10.0.0.1"]
+    error = await chat_error(chat(user([image("http://mixed.test/x.png")])), limits)
+    assert (error.status, error.detail) == (400, URL_PRIVATE)
+
+
+NUMERIC_PRIVATE = ["2130706433", "127.1", "0177.0.0.1", "0x7f.1", "0", "0x0a.1"]
+
+
+@pytest.mark.parametrize("host", NUMERIC_PRIVATE)
+async def test_a_numeric_host_that_reads_as_a_private_address_is_e11(limits, fetched, host):
+    error = await chat_error(chat(user([image(f"http://{host}:8080/x.png")])), limits)
+    assert (error.status, error.detail) == (400, URL_PRIVATE)
+    assert fetched.lookups == []
+
+
+@pytest.mark.parametrize(
+    ("host", "allow_private"),
+    [("1572394766", False), ("127.1", True), ("127.0.0.1.", False), ("1.2.3.4.5", False)],
+)
+async def test_any_other_numeric_host_is_e13(limits, fetched, host, allow_private):
+    # 1572394766 reads as 93.184.215.14, which the reference would fetch.
+    relaxed = replace(limits, allow_private_media_urls=allow_private)
+    error = await chat_error(chat(user([image(f"http://{host}/x.png")])), relaxed)
+    assert (error.status, error.detail) == (
+        400,
+        Detail.URL_OTHER.format(error=Detail.NUMERIC_HOST.format(host=host)),
+    )
+    assert fetched.lookups == [] and fetched.asked == []
+
+
+NAMES = [f"http://img{i}.test/x.png" for i in range(1000)]
+
+
+@pytest.mark.parametrize(
+    ("kinds", "items", "detail"),
+    [
+        ((), [image(url) for url in NAMES], TEXT_ONLY_IMAGE),
+        (
+            ("image",),
+            [item("audio_url", url) for url in NAMES],
+            Detail.MEDIA_KIND_UNSUPPORTED.format(
+                where="messages[0].content[0]", what="audio", takes="images", kind="audio"
+            ),
+        ),
+        (
+            ("image",),
+            [image(url) for url in NAMES[:9]],
+            Detail.TOO_MANY_MEDIA.format(count=9, limit=8),
+        ),
+    ],
+    ids=["1000 images, text-only model", "1000 audio URLs, images only", "9 images, limit 8"],
+)
+async def test_no_lookup_for_media_the_request_is_refused_for(
+    limits, fetched, kinds, items, detail
+):
+    error = await chat_error(chat(user(items)), replace(limits, media_kinds=frozenset(kinds)))
+    assert (error.status, error.detail) == (400, detail)
+    assert fetched.lookups == []
+
+
+async def test_the_count_limit_holds_across_messages_before_any_lookup(limits, fetched):
+    body = chat(user([image(NAMES[0])] * 5), assistant(), user([image(NAMES[1])] * 4))
+    error = await chat_error(body, limits)
+    assert error.detail == Detail.TOO_MANY_MEDIA.format(count=9, limit=8)
+    assert fetched.lookups == []
+    within = chat(user([image(NAMES[0])] * 5), assistant(), user([image(NAMES[1])] * 3))
+    assert (await chat_error(within, limits)).detail == "Could not resolve hostname: img0.test"
+    assert fetched.lookups == ["img0.test"]
+
+
+@pytest.mark.parametrize("url", ["http://localhost/x.png", "http://a.localhost:80/x"])
+async def test_localhost_is_e11_without_a_lookup(limits, fetched, url):
+    error = await chat_error(chat(user([image(url)])), limits)
+    assert (error.status, error.detail) == (400, URL_PRIVATE)
+    assert fetched.lookups == []
+
+
+async def test_a_dot_invalid_name_is_e12_without_a_lookup(limits, fetched):
+    error = await chat_error(chat(user([image("http://Gone.INVALID/x.png")])), limits)
+    assert (error.status, error.detail) == (400, "Could not resolve hostname: gone.invalid")
+    assert fetched.lookups == []
+
+
+@pytest.mark.parametrize("kinds", [(), ("image",)], ids=["text-only", "images"])
+async def test_with_local_files_disabled_a_path_gets_one_answer_and_no_disk_access(
+    limits, tmp_path, monkeypatch, kinds
+):
+    secret = tmp_path / "secret.png"
+    secret.write_bytes(PNG)
+    touched: list[str] = []
+    for name in ("stat", "lstat"):
+        real = getattr(os, name)
+
+        def spy(path: Any, *args: Any, real: Any = real, **kwargs: Any) -> Any:
+            touched.append(str(path))
+            return real(path, *args, **kwargs)
+
+        monkeypatch.setattr(os, name, spy)
+    disabled = replace(limits, allow_local_files=False, media_kinds=frozenset(kinds))
+    answers = set()
+    for path in (secret, tmp_path / "missing.png", "secret.png", "//host/x.png"):
+        error = await chat_error(chat(user([image(str(path))])), disabled)
+        answers.add((error.status, error.detail))
+    monkeypatch.undo()
+    assert answers == {(403, "Local file access is disabled.")}
+    assert not [path for path in touched if "secret" in path or "missing" in path]
+
+
 PRECEDENCE = [
     (
         "the reference's role check in a later message beats the count limit",
@@ -515,6 +686,17 @@ async def test_anthropic_refusals(limits, message, kinds, detail):
     with pytest.raises(ApiError) as caught:
         await prepare_messages(req, limits)
     assert (caught.value.status, caught.value.detail) == (400, detail)
+
+
+async def test_anthropic_images_are_counted_before_any_lookup(limits, fetched):
+    url_blocks = [image_block({"type": "url", "url": url}) for url in NAMES[:9]]
+    use = {"type": "tool_use", "id": "t", "name": "f", "input": {}}
+    result = {"type": "tool_result", "tool_use_id": "t", "content": url_blocks[:5]}
+    req = messages_request(user("go"), assistant([use]), user([result, *url_blocks[5:]]))
+    with pytest.raises(ApiError) as caught:
+        await prepare_messages(req, limits)
+    assert caught.value.detail == Detail.TOO_MANY_MEDIA.format(count=9, limit=8)
+    assert fetched.lookups == []
 
 
 async def test_anthropic_image_in_an_assistant_message(limits):

@@ -1,6 +1,7 @@
 """http/media_fetch.py: media URLs downloaded from a local aiohttp server, under the address
-rules (every address vetted, the connection pinned to the vetted ones, redirects re-checked),
-the size cap and the time limit.
+rules (every address vetted, the connection pinned to the vetted ones, redirects re-checked,
+numeric hosts refused), the size cap and the time limit, without cookies; the lookups it makes
+for the request's check; and api/common/addresses.py's rule for which addresses are public.
 
 The test server listens on 127.0.0.1; the fetchers here count only that address as public
 (`ONLY_THE_TEST_SERVER`), so that "a private address" is any other. Host names are resolved by
@@ -19,8 +20,10 @@ import pytest
 from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from edgeserve.api.common.addresses import is_public
+from edgeserve.api.reference.detail import Detail
 from edgeserve.api.reference.fetcher import FetchError
-from edgeserve.http.media_fetch import MAX_REDIRECTS, HttpMediaFetcher, is_public
+from edgeserve.http.media_fetch import MAX_REDIRECTS, HttpMediaFetcher
 
 IMAGE = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
 LIMIT = 4096
@@ -116,9 +119,38 @@ def hops(request: web.Request) -> str:
     return "/image" if left == 0 else f"/hops/{left - 1}"
 
 
+def to_numeric_host(request: web.Request) -> str:
+    """The server's own /counted, on the numeric host the path names."""
+    return f"http://{request.match_info['host']}:{request.url.port}/counted"
+
+
+async def sets_a_cookie(request: web.Request) -> web.Response:
+    response = web.Response(body=IMAGE)
+    response.set_cookie("session", "client-a")
+    return response
+
+
+async def echoes_cookies(request: web.Request) -> web.Response:
+    return web.Response(body=request.headers.get("Cookie", "").encode())
+
+
 @pytest.fixture
-async def server(aiohttp_server):
+def hits() -> list[str]:
+    """The Host header of each request the test server's /counted got."""
+    return []
+
+
+@pytest.fixture
+async def server(aiohttp_server, hits):
+    async def counted(request: web.Request) -> web.Response:
+        hits.append(request.host)
+        return web.Response(body=IMAGE)
+
     app = web.Application()
+    app.router.add_get("/counted", counted)
+    app.router.add_get("/to/{host}", redirect(to_numeric_host))
+    app.router.add_get("/set-cookie", sets_a_cookie)
+    app.router.add_get("/cookies", echoes_cookies)
     app.router.add_get("/image", answer())
     app.router.add_get("/missing", answer(b"", 404))
     app.router.add_get("/big", answer(b"x" * (LIMIT + 1)))
@@ -198,6 +230,88 @@ async def test_a_name_with_a_private_address_is_refused_before_connecting(
     error = await refused(fetcher, url(server, "/image", "media.test"))
     assert "is a private, loopback, link-local or reserved address" in error.reason
     assert "--allow-private-media-urls" in error.reason and not error.too_large
+
+
+# Hosts that end in a number: aiohttp before 3.14.1 connects to them without asking the
+# resolver (2130706433, 127.1, 0177.0.0.1 and 0 reach this server), and 0x7f.1 resolves to it.
+NUMERIC_HOSTS = ["2130706433", "127.1", "0177.0.0.1", "0x7f.1", "0", "127.0.0.1."]
+
+
+@pytest.mark.parametrize("via", ["first URL", "redirect"])
+@pytest.mark.parametrize("host", NUMERIC_HOSTS)
+async def test_a_numeric_host_is_refused_and_never_contacted(server, fetcher_for, hits, host, via):
+    # The rule here takes 127.0.0.1 as public: only the host's form can refuse it.
+    fetcher = await fetcher_for(Names())
+    target = url(server, "/counted", host) if via == "first URL" else url(server, f"/to/{host}")
+    assert (await refused(fetcher, target)).reason == Detail.NUMERIC_HOST.format(host=host)
+    assert hits == []
+    assert await fetcher.fetch(url(server, "/counted"), LIMIT) == IMAGE  # the canonical form
+    assert hits == [f"127.0.0.1:{server.port}"]
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "::127.0.0.1",  # IPv4-compatible
+        "::ffff:0:7f00:1",  # IPv4-translated
+        "64:ff9b::7f00:1",  # NAT64
+        "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254
+        "64:ff9b:1::a00:1",  # local-use NAT64
+        "2002:7f00:1::1",  # 6to4
+        "2002:a00:1::1",
+        "2001:0:4136:e378:8000:63bf:3fff:fdd2",  # Teredo
+        "fec0::1",  # site-local
+    ],
+)
+async def test_an_ipv6_answer_that_carries_a_private_ipv4_address_is_refused(
+    server, fetcher_for, hits, address
+):
+    fetcher = await fetcher_for(Names(media=[[address]]), allowed=None)  # the server's rule
+    error = await refused(fetcher, url(server, "/counted", "media.test"))
+    shown = ipaddress.ip_address(address)  # as the reason writes it (::7f00:1)
+    assert error.reason.startswith(f"media.test ({shown}) is a private")
+    assert hits == []
+
+
+async def test_a_cookie_one_download_received_is_not_sent_on_the_next(server, fetcher_for):
+    # A host name: aiohttp's cookie jar keeps no cookies of IP-literal hosts anyway.
+    fetcher = await fetcher_for(Names(media=[["127.0.0.1"]]))
+    assert await fetcher.fetch(url(server, "/set-cookie", "media.test"), LIMIT) == IMAGE
+    assert await fetcher.fetch(url(server, "/cookies", "media.test"), LIMIT) == b""
+
+
+async def test_addresses_are_the_downloads_resolvers_answer_unjudged(fetcher_for):
+    names = Names(media=[["10.0.0.1", "::1"]])
+    fetcher = await fetcher_for(names)
+    assert await fetcher.addresses("media.test") == ["10.0.0.1", "::1"]
+    # From a worker thread's loop (a large request's checks), on the session's loop.
+    other_loop = await asyncio.to_thread(asyncio.run, fetcher.addresses("media.test"))
+    assert other_loop == ["10.0.0.1", "::1"]
+    assert names.lookups == ["media.test"] * 2
+    with pytest.raises(OSError):
+        await fetcher.addresses("gone.test")
+
+
+class Stalls(AbstractResolver):
+    """A resolver that never answers."""
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_a_lookup_has_the_fetch_time_limit(fetcher_for):
+    fetcher = await fetcher_for(Stalls(), timeout_s=0.2)
+    lookup = asyncio.ensure_future(fetcher.addresses("media.test"))
+    await asyncio.wait([lookup], timeout=10)  # a guard: a lookup without the limit never ends
+    finished = lookup.done()
+    lookup.cancel()
+    assert finished and isinstance(lookup.exception(), TimeoutError)
 
 
 async def test_dns_rebinding_after_the_check_cannot_reach_a_private_address(server, fetcher_for):
@@ -321,6 +435,22 @@ async def test_a_fetcher_not_started_refuses():
         ("fc00::1", False),
         ("::ffff:127.0.0.1", False),
         ("::ffff:93.184.215.14", True),
+        # IPv6 forms that carry an IPv4 address are judged as that address
+        ("::127.0.0.1", False),
+        ("::", False),
+        ("::ffff:0:7f00:1", False),
+        ("::ffff:0:5db8:d70e", True),
+        ("64:ff9b::7f00:1", False),
+        ("64:ff9b::a00:1", False),
+        ("64:ff9b::5db8:d70e", True),
+        ("2002:7f00:1::1", False),
+        ("2002:a9fe:a9fe::1", False),
+        ("2002:5db8:d70e::1", True),
+        # never public, whatever they carry
+        ("64:ff9b:1::5db8:d70e", False),
+        ("2001:0:4136:e378:8000:63bf:3fff:fdd2", False),
+        ("fec0::1", False),
+        ("224.0.0.1", False),
     ],
 )
 def test_public_addresses(address, public):

@@ -1,22 +1,27 @@
 """Media over HTTP, on the app with a stand-in engine (`StubEngine`, which records the prompts
 it gets and answers "ok"): the limits follow the media the loaded model takes, URLs are
 downloaded by the app's fetcher (from a second local server, with --allow-private-media-urls),
-also when a large body's checks run off the event loop, and /health, /v1/models and
-/tokenizer_info say what the model reads. Needs no model; the lead's end-to-end tests run a
-real projector."""
+also when a large body's checks run off the event loop; host names are looked up only for
+media the request can take, and lookups and downloads end with the request's deadline; and
+/health, /v1/models and /tokenizer_info say what the model reads. Needs no model; the lead's
+end-to-end tests run a real projector."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
-from collections.abc import AsyncIterator
+import socket
+import threading
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from aiohttp import web
 
+from edgeserve.api.reference.detail import Detail
 from edgeserve.api.reference.fetcher import FetchError
 from edgeserve.config import Settings
 from edgeserve.engine.adapters import AdapterCatalog
@@ -106,7 +111,8 @@ def engine() -> StubEngine:
 
 @pytest.fixture
 async def media_server(aiohttp_server):
-    """Serves PNG at /cat.png, and redirects /away to it."""
+    """Serves PNG at /cat.png, redirects /away to it, and answers /stalls only once the
+    client has gone (or after 10 s)."""
 
     async def cat(request: web.Request) -> web.Response:
         return web.Response(body=PNG, content_type="image/png")
@@ -114,10 +120,47 @@ async def media_server(aiohttp_server):
     async def away(request: web.Request) -> web.Response:
         raise web.HTTPFound("/cat.png")
 
+    async def stalls(request: web.Request) -> web.Response:
+        for _ in range(500):
+            if request.transport is None or request.transport.is_closing():
+                break
+            await asyncio.sleep(0.02)
+        return web.Response(body=PNG)
+
     app = web.Application()
     app.router.add_get("/cat.png", cat)
     app.router.add_get("/away", away)
+    app.router.add_get("/stalls", stalls)
     return await aiohttp_server(app)
+
+
+class SlowDns:
+    """getaddrinfo, for host names ending in .test: each lookup recorded, and answered
+    10.0.0.1 once `release` is set or after 5 s (a lookup that outlasts a short deadline)."""
+
+    def __init__(self) -> None:
+        self.lookups: list[str] = []
+        self.release = threading.Event()
+
+    def answer(self, host: str) -> list[tuple]:
+        self.lookups.append(host)
+        self.release.wait(5)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.1", 0))]
+
+
+@pytest.fixture
+def dns(monkeypatch) -> Iterator[SlowDns]:
+    slow = SlowDns()
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: object, *args: object, **kwargs: object) -> list[tuple]:
+        if isinstance(host, str) and host.endswith(".test"):
+            return slow.answer(host)
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    yield slow
+    slow.release.set()
 
 
 @pytest.fixture
@@ -196,6 +239,40 @@ async def test_a_large_body_downloads_on_the_apps_loop(make_client, engine, medi
     status, _ = await post(client, "/v1/chat/completions", body)
     assert status == 200
     assert engine.prompts[0].messages[0].media == (Media("image", PNG),)
+
+
+async def test_no_lookup_for_a_thousand_images_on_a_text_only_model(make_client, dns):
+    dns.release.set()
+    client = await make_client()
+    images = [image(f"http://img{i}.test/x.png") for i in range(1000)]
+    status, answer = await post(client, "/v1/chat/completions", chat(*images))
+    assert status == 400 and "takes text only" in answer["detail"]
+    assert dns.lookups == []
+
+
+async def test_a_lookup_is_made_through_the_apps_fetcher(make_client, engine, dns):
+    dns.release.set()
+    engine.media_kinds = frozenset({"image"})
+    client = await make_client()
+    status, answer = await post(client, "/v1/chat/completions", chat(image("http://a.test/x")))
+    assert (status, answer["detail"]) == (400, Detail.URL_PRIVATE)  # 10.0.0.1
+    assert dns.lookups == ["a.test"]
+
+
+@pytest.mark.parametrize("size", ["small", "large"])
+@pytest.mark.parametrize("slow", ["lookup", "download"])
+async def test_lookups_and_downloads_end_with_the_requests_deadline(
+    make_client, engine, dns, media_server, slow, size
+):
+    engine.media_kinds = frozenset({"image"})
+    client = await make_client(
+        request_timeout_s=0.5, media_fetch_timeout_s=5, allow_private_media_urls=slow == "download"
+    )
+    url = "http://slow.test/x.png" if slow == "lookup" else str(media_server.make_url("/stalls"))
+    padding = [{"type": "text", "text": "x" * LARGE_BODY_BYTES}] if size == "large" else []
+    status, answer = await post(client, "/v1/chat/completions", chat(*padding, image(url)))
+    assert (status, answer["detail"]) == (504, Detail.REQUEST_TIMEOUT.format(seconds=0.5))
+    assert engine.prompts == []
 
 
 async def test_private_addresses_are_refused_by_default(make_client, engine, media_server):

@@ -24,6 +24,7 @@ from edgeserve.api.anthropic_messages.wire import (
 from edgeserve.api.common.media import (
     MediaSource,
     PendingTurn,
+    check_media_count,
     check_remote_url,
     decode_base64,
     media_refusal,
@@ -101,7 +102,7 @@ async def prepare_messages(req: MessagesRequest, limits: Limits) -> GenerationRe
     Order: the conversation (see messages_prompt); max_tokens (required by the schema, at
     least 1, at most the server's cap); temperature 0–1, top_p 0–1, top_k ≥ 0 (Anthropic's
     ranges); invalid Unicode; the grammar of a forced call (tool_choice any or tool); last the
-    images read (count and size limits, downloads).
+    images read (size limits, downloads; their count is checked with the conversation).
     """
     conversation = await messages_prompt(req, limits)
     check_max_tokens("max_tokens", req.max_tokens, limits)
@@ -159,7 +160,8 @@ async def messages_prompt(req: CountTokensRequest, limits: Limits) -> MessagesPr
     other text, each result answering a tool_use of the assistant turn before it. An assistant
     message with tool_use blocks is a "function" turn (chat's shape: the calls, its text left
     out). Thinking blocks are left out; images (user messages and tool results) stand where
-    they are, as chat's media items; document blocks answer 400.
+    they are, as chat's media items, counted (--max-media-per-request) before any is checked;
+    document blocks answer 400.
     """
     if not req.messages:
         raise bad(Detail.MESSAGES_EMPTY)
@@ -167,6 +169,7 @@ async def messages_prompt(req: CountTokensRequest, limits: Limits) -> MessagesPr
         raise bad(Detail.MESSAGES_FIRST_NOT_USER)
     if req.messages[-1].role != "user":
         raise bad(Detail.MESSAGES_PREFILL)
+    check_media_count(_image_count(req.messages), limits)  # before any image URL's lookup
     groups: list[list[tuple[int, MessageParam]]] = []
     for index, message in enumerate(req.messages):
         if groups and groups[-1][0][1].role == message.role:
@@ -194,6 +197,18 @@ async def messages_prompt(req: CountTokensRequest, limits: Limits) -> MessagesPr
     kind = "auto" if req.tool_choice is None else req.tool_choice.type
     forced = _messages_forced(req, kind) if kind in ("any", "tool") else None
     return MessagesPrompt(tuple(turns), system or None, tools, forced)
+
+
+def _image_count(messages: list[MessageParam]) -> int:
+    """The image blocks of `messages`, those in tool results included."""
+    blocks = [block for m in messages if not isinstance(m.content, str) for block in m.content]
+    inner = [
+        part
+        for block in blocks
+        if isinstance(block, ToolResultBlock) and not isinstance(block.content, str)
+        for part in block.content
+    ]
+    return sum(isinstance(block, ImageBlock) for block in blocks + inner)
 
 
 async def _messages_turn(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -85,12 +85,14 @@ class Call:
             return await asyncio.to_thread(fn, *args)
         return fn(*args)
 
-    async def checks(self, checks: Awaitable[T]) -> T:
-        """Await an async check (one that may convert a schema or fetch media), on a worker
-        thread's event loop when the body is large."""
+    async def checks(self, checks: Coroutine[Any, Any, T]) -> T:
+        """Await an async check (one that may convert a schema, or look up and fetch media)
+        under a deadline of its own (--request-timeout-s: 504 past it), on a worker thread's
+        event loop when the body is large."""
+        bounded = _within(checks, self.timeout_s)
         if self.large:
-            return await asyncio.to_thread(asyncio.run, checks)
-        return await checks
+            return await asyncio.to_thread(asyncio.run, bounded)
+        return await bounded
 
     @contextlib.asynccontextmanager
     async def engine_work(self) -> AsyncIterator[None]:
@@ -99,6 +101,12 @@ class Call:
         limit = asyncio.timeout(self.timeout_s)
         async with deadline_errors(limit, self.timeout_s), limit:
             yield
+
+
+async def _within(work: Awaitable[T], timeout_s: float) -> T:
+    limit = asyncio.timeout(timeout_s)
+    async with deadline_errors(limit, timeout_s), limit:
+        return await work
 
 
 @contextlib.asynccontextmanager

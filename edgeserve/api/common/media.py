@@ -6,6 +6,11 @@ MEDIA_MARKER; media the model does not take are refused later (`media_refusal`, 
 check the reference makes). Then, once every check has passed, `read_turns` reads the sources
 (a data URI's bytes, a local file, a download through `Limits.fetcher`) under the count and
 size limits, into the engine's `ChatTurn`s.
+
+Where the reference's order would let a client make the server work for media it will refuse,
+or tell what exists on its disk, the checks diverge (README divergence 21): a host name is
+looked up (E11/E12) only for an item the model takes, in a request within
+--max-media-per-request; with local files disabled, nothing on disk is looked at.
 """
 
 from __future__ import annotations
@@ -16,13 +21,13 @@ import binascii
 import ipaddress
 import os
 import re
-import socket
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
-from urllib.parse import urlparse
+from urllib.parse import urlparse, urlsplit
 
 from edgeserve import errors
+from edgeserve.api.common.addresses import IPAddress, NumericHost, is_public, literal_address
 from edgeserve.api.common.wire import MultimodalInputItem
 from edgeserve.api.reference.detail import Detail
 from edgeserve.api.reference.fetcher import FetchError
@@ -74,11 +79,18 @@ class PendingTurn:
     sources: tuple[MediaSource, ...] = ()
 
 
+def taken_media(items: Iterable[MultimodalInputItem], limits: Limits) -> int:
+    """How many of `items` are media the model takes (what --max-media-per-request counts)."""
+    return sum(_KIND.get(item.type) in limits.media_kinds for item in items)
+
+
 async def flatten(
-    items: list[MultimodalInputItem], index: int, limits: Limits, late: list[str]
+    items: list[MultimodalInputItem], index: int, limits: Limits, late: list[str], lookups: bool
 ) -> tuple[str, list[MediaSource]]:
     """Content items as one text (each media item a MEDIA_MARKER) and its media, each item
-    checked in the reference's order; refusals the reference never makes go to `late`."""
+    checked in the reference's order; refusals the reference never makes go to `late`. Host
+    names are looked up only with `lookups` (false when the request holds more media than
+    the limit: it is refused anyway), and only for media the model takes."""
     parts: list[str] = []
     sources: list[MediaSource] = []
     for number, item in enumerate(items):
@@ -94,7 +106,7 @@ async def flatten(
             url = getattr(item, item.type)
             if url is None:
                 raise bad(Detail.MEDIA_WITHOUT_URL.format(where=where, kind=item.type))
-            source = await _check_media_url(item.type, url.url, where, limits)
+            source = await _check_media_url(item.type, url.url, where, limits, lookups)
         refusal = (
             Detail.VIDEO_UNSUPPORTED.format(where=where)
             if source is None
@@ -146,7 +158,7 @@ def _input_audio(item: MultimodalInputItem, where: str) -> MediaSource:
 
 
 async def _check_media_url(
-    item_type: str, url: str, where: str, limits: Limits
+    item_type: str, url: str, where: str, limits: Limits, lookups: bool
 ) -> MediaSource | None:
     """The reference's per-item order: data URI, existing local file, then remote URL. The
     item's source, or None for a video (checked, never taken)."""
@@ -158,19 +170,37 @@ async def _check_media_url(
         if data is None:
             raise bad(Detail.BAD_DATA_URI.format(where=where, kind=item_type))
         return MediaSource(kind, where, data=data) if kind else None
-    if os.path.isfile(url):
-        path = _check_local_file(url, limits)
+    path = _local_file(url, limits)
+    if path is not None:
         return MediaSource(kind, where, path=path) if kind else None
-    await check_remote_url(url, limits)
+    await check_remote_url(url, limits, lookup=taken and lookups)
     return MediaSource(kind, where, url=url) if kind else None
 
 
-def _check_local_file(path: str, limits: Limits) -> str:
-    """E7/E8; the file's real path. Containment is a real path-component check (the
-    reference's plain prefix test also admits sibling folders such as safe_media_x); the safe
-    folder is never created."""
+def _local_file(url: str, limits: Limits) -> str | None:
+    """E7/E8 for a local file: its real path, or None when `url` is not one. With local files
+    disabled nothing on disk is looked at: every string without a URL scheme is refused (E7)
+    whether or not such a file exists (the reference refuses only an existing one, and so
+    tells a client which files exist)."""
     if not limits.allow_local_files:
-        raise errors.ApiError(403, Detail.LOCAL_FILES_DISABLED)
+        if url and not _has_scheme(url):
+            raise errors.ApiError(403, Detail.LOCAL_FILES_DISABLED)
+        return None
+    if not os.path.isfile(url):
+        return None
+    return _check_local_file(url, limits)
+
+
+def _has_scheme(url: str) -> bool:
+    """Whether urlparse reads a scheme in `url` (only the part before the first "/" is
+    parsed: a scheme ends before it, and a malformed host after it cannot raise)."""
+    return bool(urlsplit(url.partition("/")[0]).scheme)
+
+
+def _check_local_file(path: str, limits: Limits) -> str:
+    """E8; the file's real path. Containment is a real path-component check (the reference's
+    plain prefix test also admits sibling folders such as safe_media_x); the safe folder is
+    never created."""
     try:
         real = os.path.realpath(path)
         safe = os.path.realpath(limits.safe_media_path)
@@ -182,9 +212,13 @@ def _check_local_file(path: str, limits: Limits) -> str:
     return real
 
 
-async def check_remote_url(url: str, limits: Limits) -> None:
-    """E9–E13 (E11 skipped with allow_private_media_urls). Resolves the host on the loop's
-    executor; the download (`Limits.fetcher`) vets every address it connects to again."""
+async def check_remote_url(url: str, limits: Limits, *, lookup: bool = True) -> None:
+    """E9–E13 in the reference's order (E11 skipped with allow_private_media_urls), every
+    address judged by `is_public`. A host known without a lookup is judged at once: an IP
+    literal, localhost (loopback) and .invalid names (E12); a host that ends in a number but
+    is not a dotted quad is refused (E11 when the address it reads as is private, else E13).
+    Other names are looked up through `Limits.fetcher` (the downloads' resolver, which vets
+    every address it connects to again) when `lookup`, else not checked further."""
     try:
         parsed = urlparse(url)
         if parsed.scheme not in ("http", "https"):
@@ -193,17 +227,57 @@ async def check_remote_url(url: str, limits: Limits) -> None:
         if not hostname:
             raise bad(Detail.URL_HOSTNAME)
         port = parsed.port
-        try:
-            infos = await asyncio.get_running_loop().getaddrinfo(hostname, port)
-        except socket.gaierror:
-            raise bad(Detail.URL_UNRESOLVABLE.format(host=hostname)) from None
-        address = ipaddress.ip_address(infos[0][4][0])
+        hostname.encode("idna")  # what getaddrinfo does first: its error is the reference's E13
+        addresses = _known_addresses(hostname, limits)
+        if addresses is None:
+            if not lookup:
+                return
+            addresses = await _look_up(hostname, port, limits)
     except errors.ApiError:
         raise
     except Exception as exc:  # the reference reports any other failure as E13
         raise bad(Detail.URL_OTHER.format(error=exc)) from exc
-    if not address.is_global and not limits.allow_private_media_urls:
+    if not all(_allowed(address, limits) for address in addresses):
         raise bad(Detail.URL_PRIVATE)
+
+
+def _allowed(address: IPAddress, limits: Limits) -> bool:
+    return limits.allow_private_media_urls or is_public(address)
+
+
+def _known_addresses(hostname: str, limits: Limits) -> list[IPAddress] | None:
+    """The addresses `hostname` names without a lookup (None: it needs one). RFC 6761's
+    special names are never looked up: localhost is loopback, a .invalid name resolves to
+    nothing (E12)."""
+    try:
+        address = literal_address(hostname)
+    except NumericHost as exc:
+        if exc.address is not None and not _allowed(exc.address, limits):
+            raise bad(Detail.URL_PRIVATE) from None
+        raise
+    if address is not None:
+        return [address]
+    name = hostname.rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return [ipaddress.IPv4Address("127.0.0.1")]
+    if name == "invalid" or name.endswith(".invalid"):
+        raise bad(Detail.URL_UNRESOLVABLE.format(host=hostname))
+    return None
+
+
+async def _look_up(hostname: str, port: int | None, limits: Limits) -> list[IPAddress]:
+    """Every address `hostname` resolves to: through the fetcher (on its loop, with its
+    resolver and time limit), or getaddrinfo on this loop's executor without one; E12 when
+    it does not resolve."""
+    try:
+        if limits.fetcher is None:
+            infos = await asyncio.get_running_loop().getaddrinfo(hostname, port)
+            found = [str(info[4][0]) for info in infos]
+        else:
+            found = await limits.fetcher.addresses(hostname)
+    except OSError:
+        raise bad(Detail.URL_UNRESOLVABLE.format(host=hostname)) from None
+    return [ipaddress.ip_address(address) for address in found]
 
 
 async def read_turns(turns: Sequence[PendingTurn], limits: Limits) -> tuple[ChatTurn, ...]:
@@ -219,9 +293,7 @@ async def read_media(sources: Sequence[MediaSource], limits: Limits) -> list[Med
     """Every source's bytes, files and downloads read at once: 400 for more sources than
     max_media_items, 413 for one over max_media_bytes, 400 for one that cannot be read or
     downloaded (the first in order)."""
-    if len(sources) > limits.max_media_items:
-        detail = Detail.TOO_MANY_MEDIA.format(count=len(sources), limit=limits.max_media_items)
-        raise bad(detail)
+    check_media_count(len(sources), limits)
     tasks = [asyncio.ensure_future(_read(source, limits)) for source in sources]
     try:
         return [await task for task in tasks]
@@ -229,6 +301,12 @@ async def read_media(sources: Sequence[MediaSource], limits: Limits) -> list[Med
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def check_media_count(count: int, limits: Limits) -> None:
+    """400 for a request with `count` media, more than max_media_items."""
+    if count > limits.max_media_items:
+        raise bad(Detail.TOO_MANY_MEDIA.format(count=count, limit=limits.max_media_items))
 
 
 async def _read(source: MediaSource, limits: Limits) -> Media:

@@ -9,9 +9,9 @@ from dataclasses import replace
 from typing import Any
 
 from edgeserve import errors, grammars
-from edgeserve.api.common.media import PendingTurn, flatten, read_turns
+from edgeserve.api.common.media import PendingTurn, flatten, read_turns, taken_media
 from edgeserve.api.common.sampling import MAX_TOP_LOGPROBS, check_range, sampling_params
-from edgeserve.api.common.wire import Role
+from edgeserve.api.common.wire import MultimodalInputItem, Role
 from edgeserve.api.openai_chat.wire import (
     ChatCompletionRequest,
     ChatCompletionRequestWithAudio,
@@ -41,13 +41,15 @@ async def prepare_chat(req: ChatCompletionRequest, limits: Limits) -> Generation
     """Run every chat check in the reference's order and build the engine request.
 
     Order: Invalid length; system pop; Only supports u/a/u/a/u...; per message the role check
-    then content processing (media checks E7–E13); tools; if streaming, "Cannot stream multiple
-    responses." (tools stream, README divergence 10: the reference's "Cannot stream function
-    calls." is never sent); then edgeserve's own checks, which replace
-    errors the reference only hits in its engine (null content, media the model does not take),
-    then tool_choice, sampling values and limits (logprobs included), response_format, invalid
-    Unicode, the output grammar (a forced tool call or the response format) and last the
-    media read (count and size limits, files and downloads; see api/common/media.py).
+    then content processing (media checks E7–E13; a host name is looked up, E11/E12, only for
+    media the model takes in a request within the media limit: README divergence 21); tools;
+    if streaming, "Cannot stream multiple responses." (tools stream, README divergence 10: the
+    reference's "Cannot stream function calls." is never sent); then edgeserve's own checks,
+    which replace errors the reference only hits in its engine (null content, media the model
+    does not take), then tool_choice, sampling values and limits (logprobs included),
+    response_format, invalid Unicode, the output grammar (a forced tool call or the response
+    format) and last the media read (count and size limits, files and downloads; see
+    api/common/media.py).
 
     ChatTurn roles are the OpenAI names user/assistant/tool/function: "tool" is a tool result
     (the reference's "observation"), and "function" is the assistant's own tool calls, with the
@@ -65,9 +67,11 @@ async def prepare_chat(req: ChatCompletionRequest, limits: Limits) -> Generation
         raise bad(Detail.ONLY_UAUAU)
     late: list[str] = []
     turns: list[PendingTurn] = []
+    items = (item for message in messages for item in _items(message) or ())
+    lookups = taken_media(items, limits) <= limits.max_media_items
     for position, message in enumerate(messages):
         _check_role(position, message.role)
-        turns.append(await _turn(message, position + offset, limits, late))
+        turns.append(await _turn(message, position + offset, limits, late, lookups))
     tools = _serialize_tools(req.tools)
     if req.stream and req.n > 1:
         raise bad(Detail.CANNOT_STREAM_N)
@@ -196,18 +200,28 @@ def _check_role(position: int, role: Role) -> None:
         raise bad(Detail.INVALID_ROLE)
 
 
-async def _turn(message: ChatMessage, index: int, limits: Limits, late: list[str]) -> PendingTurn:
+def _items(message: ChatMessage) -> list[MultimodalInputItem] | None:
+    """The content items `_turn` checks (None: a string or null, or an assistant's calls)."""
+    if message.role is Role.ASSISTANT and message.tool_calls:
+        return None
+    return message.content if isinstance(message.content, list) else None
+
+
+async def _turn(
+    message: ChatMessage, index: int, limits: Limits, late: list[str], lookups: bool
+) -> PendingTurn:
     """One message as the template sees it, its media not read yet; errors the reference
-    reports later go to `late`."""
+    reports later go to `late`. `lookups`: whether media URLs' hosts may be looked up."""
     if message.role is Role.ASSISTANT and message.tool_calls:
         calls = [
             {"name": c.function.name, "arguments": c.function.arguments} for c in message.tool_calls
         ]
         return PendingTurn(Role.FUNCTION.value, json.dumps(calls, ensure_ascii=False))
-    content = message.content
-    if isinstance(content, list):
-        text, sources = await flatten(content, index, limits, late)
+    items = _items(message)
+    if items is not None:
+        text, sources = await flatten(items, index, limits, late, lookups)
         return PendingTurn(message.role.value, text, tuple(sources))
+    content = message.content
     if content is None:
         late.append(Detail.CONTENT_NULL.format(index=index))
         content = ""

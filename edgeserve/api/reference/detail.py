@@ -67,6 +67,11 @@ class Detail:
     )
     MEDIA_FETCH_FAILED = "Could not fetch {where}'s {kind}: {reason}."
     MEDIA_READ_FAILED = "Could not read {where}'s {kind} from its file: {reason}."
+    # the reason of a URL_OTHER (E13) and of a MEDIA_FETCH_FAILED (a redirect to such a host)
+    NUMERIC_HOST = (
+        "the host {host} ends in a number but is not an IPv4 address written as four decimal "
+        "numbers (a.b.c.d)"
+    )
     CONTENT_NULL = (
         "messages[{index}].content is null; give the message a content string "
         "(only an assistant message with tool_calls may omit it)."

@@ -1,6 +1,6 @@
-"""The port through which the API checks download media URLs: the `MediaFetcher` protocol that
-the HTTP layer implements (edgeserve/http/media_fetch.py) and `Limits` carries, and the
-`FetchError` it raises."""
+"""The port through which the API checks look up and download media URLs: the `MediaFetcher`
+protocol that the HTTP layer implements (edgeserve/http/media_fetch.py) and `Limits` carries,
+and the `FetchError` it raises."""
 
 from __future__ import annotations
 
@@ -18,8 +18,13 @@ class FetchError(Exception):
 
 
 class MediaFetcher(Protocol):
-    """Downloads http(s) media URLs under the server's address rules."""
+    """Downloads http(s) media URLs under the server's address rules, and looks hosts up for
+    the request's URL check as its downloads do."""
 
     async def fetch(self, url: str, limit: int) -> bytes:
         """The body of `url` (at most `limit` bytes), redirects followed; raises FetchError."""
+        ...
+
+    async def addresses(self, host: str) -> list[str]:
+        """Every address `host` resolves to (not judged); OSError when it does not resolve."""
         ...
