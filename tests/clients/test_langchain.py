@@ -67,6 +67,10 @@ async def test_a_streamed_tool_call(llm):
 
 @pytest.mark.parametrize("method", ["json_schema", "function_calling", "json_mode"])
 async def test_structured_output(llm, answers, method):
+    if method == "json_mode":
+        # The object has no schema: the model may add keys (about 30 tokens with four), and an
+        # answer cut at max_tokens is unfinished JSON, which the library rightly refuses.
+        llm = llm.model_copy(update={"max_tokens": 2 * MAX_TOKENS})
     structured = llm.with_structured_output(City, method=method)
     prompt = CITY_PROMPT + (
         " Answer in JSON with keys name and country." if method == "json_mode" else ""
