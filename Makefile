@@ -60,18 +60,27 @@ test: install-test model test-tools ## set up what the tests need and run the wh
 
 # The deploy tests drive nginx and haproxy, the TLS tests make certificates with openssl, the
 # chat page's tests drive headless Chromium (through Playwright, never a browser it downloads);
-# as root they are installed from Debian's packages when missing (elsewhere, or if that fails,
-# those tests are skipped and say why).
+# as root they are installed from Debian's packages when missing. One still missing stops here
+# (and pytest fails the tests that need it) unless EDGESERVE_TEST_SKIP_TOOLS=1: then those
+# tests are skipped and pytest's summary counts them.
+TEST_TOOLS := nginx:nginx-light haproxy:haproxy openssl:openssl chromium:chromium
 test-tools:
-	@missing=""; command -v nginx >/dev/null || missing="$$missing nginx-light"; \
-	command -v haproxy >/dev/null || missing="$$missing haproxy"; \
-	command -v openssl >/dev/null || missing="$$missing openssl"; \
-	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	@missing=""; for tool in $(TEST_TOOLS); do \
+		command -v $${tool%%:*} >/dev/null || missing="$$missing $${tool#*:}"; done; \
 	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing$$missing for the deploy tests"; \
+		echo "installing$$missing for the tests"; \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-			--no-install-recommends $$missing) >/dev/null 2>&1 \
-			|| echo "warning: could not install$$missing; the tests that need it are skipped"; \
+			--no-install-recommends $$missing) >/dev/null 2>&1 || true; \
+	fi; \
+	missing=""; for tool in $(TEST_TOOLS); do \
+		command -v $${tool%%:*} >/dev/null || missing="$$missing $${tool%%:*}"; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$EDGESERVE_TEST_SKIP_TOOLS" = 1 ]; then \
+		echo "warning:$$missing missing; EDGESERVE_TEST_SKIP_TOOLS=1: the tests that need them are skipped"; \
+	else \
+		echo "error:$$missing missing and not installed (as root, make test installs them" \
+			"from Debian's packages); EDGESERVE_TEST_SKIP_TOOLS=1 skips the tests that need them" >&2; \
+		exit 1; \
 	fi
 
 test-unit: install-test ## only the fast tests that need no model

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.system_tools import SKIP_TOOLS, require, skipping_tools
 from tests.tls_certs import Certificates, make_certificates
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,6 +109,20 @@ def grammar_check(model_path: Path) -> Iterator[object]:
 @pytest.fixture(scope="session")
 def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
     """A test CA and the certificates it signs (tests/tls_certs.py), made once per session."""
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed (apt-get install openssl; make test does, as root)")
+    require("openssl", "openssl")
     return make_certificates(tmp_path_factory.mktemp("tls"))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Under EDGESERVE_TEST_SKIP_TOOLS=1, say how many tests were skipped for a missing
+    program (tests/system_tools.py), so that a run without them never reads as whole."""
+    if not skipping_tools():
+        return
+    skipped = [
+        report
+        for report in terminalreporter.stats.get("skipped", [])
+        if SKIP_TOOLS in str(getattr(report, "longrepr", ""))
+    ]
+    terminalreporter.write_sep(
+        "=", f"{SKIP_TOOLS}=1: {len(skipped)} tests skipped for a missing program", yellow=True
+    )

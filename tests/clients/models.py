@@ -33,22 +33,24 @@ def get_weather(city: str) -> str:
 
 
 class Answers:
-    """An HTTP client for a library that keeps the chat completions it received, whole or
-    streamed: the server's own answer, to hold what the library made of it to."""
+    """An HTTP client for a library that keeps the chat completions (and completions) it
+    received, whole or streamed: the server's own answer, to hold what the library made of
+    it to."""
 
     def __init__(self) -> None:
         self.texts: list[str] = []  # each answer's call arguments, or else its text
         self.http = httpx.AsyncClient(event_hooks={"response": [self._keep]})
 
     async def _keep(self, response: httpx.Response) -> None:
-        if not response.url.path.endswith("/chat/completions") or response.status_code != 200:
+        if not response.url.path.endswith("/completions") or response.status_code != 200:
             return
         if response.headers["content-type"].startswith("text/event-stream"):
             # Read as the library reads it, event by event; kept once it has ended.
             response.stream = _Tee(response.stream, self.texts)
         else:
             await response.aread()  # the library reads the same bytes after this
-            message = response.json()["choices"][0]["message"]
+            choice = response.json()["choices"][0]
+            message = choice.get("message") or {"content": choice.get("text")}
             calls = message.get("tool_calls")
             self.texts.append(calls[0]["function"]["arguments"] if calls else message["content"])
 
@@ -90,7 +92,7 @@ def _streamed_answer(body: str) -> str:
         if not line.startswith("data: ") or line == "data: [DONE]":
             continue
         for choice in json.loads(line[len("data: ") :]).get("choices", []):
-            delta = choice["delta"]
+            delta = choice.get("delta") or {"content": choice.get("text")}
             content.append(delta.get("content") or "")
             for call in delta.get("tool_calls") or []:
                 arguments.append(call.get("function", {}).get("arguments") or "")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 import socket
 import subprocess
 import time
@@ -14,15 +13,12 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from tests.system_tools import require
+
 REPO = Path(__file__).resolve().parents[2]
 NGINX_CONF = REPO / "deploy" / "nginx.conf"
 HAPROXY_CFG = REPO / "deploy" / "haproxy.cfg"
 SEEN = web.AppKey("seen", list)
-
-needs_nginx = pytest.mark.skipif(
-    shutil.which("nginx") is None, reason="nginx is not installed (apt-get install nginx-light)"
-)
-
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -50,8 +46,8 @@ def nginx(tmp_path: Path, conf: Path, *args: str) -> list[str]:
     return ["nginx", "-p", str(tmp_path), "-e", "stderr", "-c", str(conf), *args]
 
 
-@needs_nginx
 def test_nginx_example_passes_nginx_t(tmp_path):
+    require("nginx", "nginx-light")
     done = subprocess.run(
         nginx(tmp_path, NGINX_CONF, "-t", "-g", f"pid {tmp_path}/nginx.pid;"),
         capture_output=True,
@@ -69,8 +65,8 @@ def test_nginx_example_balances_by_least_connections_and_retries_503():
     assert "proxy_buffering off;" in text
 
 
-@pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy is not installed")
 def test_haproxy_example_is_valid():
+    require("haproxy", "haproxy")
     done = subprocess.run(
         ["haproxy", "-c", "-f", str(HAPROXY_CFG)], capture_output=True, text=True, timeout=30
     )
@@ -96,8 +92,7 @@ def stub_app(name: str, status: int) -> web.Application:
 @pytest.fixture
 def nginx_proxy(tmp_path) -> Iterator[tuple[int, tuple[int, int]]]:
     """nginx with the example config on a free port, in front of two free upstream ports."""
-    if shutil.which("nginx") is None:
-        pytest.skip("nginx is not installed (apt-get install nginx-light)")
+    require("nginx", "nginx-light")
     listen, upstreams = free_port(), (free_port(), free_port())
     conf = local_nginx_conf(tmp_path, listen, upstreams)
     proc = subprocess.Popen(

@@ -7,8 +7,10 @@ API's; where text came the line has a time to first token; an ending that left n
 client (deadline, engine error, client gone) still counts the tokens whose text the handler
 received. The engine is the session's real one on the default model; the deadline and
 client-gone endings slow its tokens down (so that the generation cannot finish first on any
-machine) and the engine error is a fault raised inside the engine while it serves the request
-(worker.py ends that request alone with EngineFault)."""
+machine) and hold its events a while before the request ends, so that the line must count
+exactly the tokens whose text the engine handed over; the engine error is a fault raised
+inside the engine while it serves the request (worker.py ends that request alone with
+EngineFault)."""
 
 from __future__ import annotations
 
@@ -16,18 +18,23 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 
+from edgeserve.engine.delivery import Outbox
 from edgeserve.engine.generating import Generating
 from edgeserve.engine.jobs import Choice, Job
+from edgeserve.engine.types import TextDelta
+from edgeserve.engine.worker import Engine
 from tests.integration.conftest import EOS_BAN
 
 ACCESS = "edgeserve.access"
@@ -38,9 +45,13 @@ TOOL_TOKENS = 24
 LENGTH_TOKENS = 3
 LONG_TOKENS = 64  # at SLOW_TOKEN_S a token: 3.2 s, over twice the deadline
 SLOW_TOKEN_S = 0.05
-# Far too short for LONG_TOKENS; on an idle machine the first text comes well before it (on an
-# overloaded one it may not, and the line's token count is then only checked to be in range).
-DEADLINE_S = 1.5
+# Far too short for LONG_TOKENS. The engine is held HOLD_GUARD_S before it (the text of the
+# tokens made until then reaches the handler before the deadline, however busy the loop), so
+# its first tokens have DEADLINE_S - HOLD_GUARD_S to come: a dozen on an idle machine, none
+# where other processes keep both cores busy (the line must count 0 then).
+DEADLINE_S = 2.0
+HOLD_GUARD_S = 0.5
+HOLD_LIMIT_S = 30.0  # how long a held engine waits for the abort
 FAULT_AFTER = 2  # tokens a faulty generation makes before the engine fails it
 LINE_WAIT_S = 10.0
 LINE_FIELDS = (
@@ -349,13 +360,33 @@ def check_line(line: Body, api: Api, outcome: Outcome, max_tokens: int) -> None:
 # ---- the engine, slowed down or failing ---------------------------------------------------
 
 
+@dataclass
+class Slowed:
+    """The engine while slowed (one request of the test at a time): `tokens`, how many tokens
+    of the request it had handed text of to the test's event loop when it was held; from `hold_at`
+    (time.monotonic()) on it hands over nothing more until the request is aborted (`aborted`,
+    set by Engine.cancel)."""
+
+    tokens: int = 0
+    hold_at: float = math.inf
+    aborted: threading.Event = field(default_factory=threading.Event)
+
+    def hold(self) -> None:
+        """Hand over nothing more from now on."""
+        self.hold_at = time.monotonic()
+
+
 @contextlib.contextmanager
-def engine_tokens(*, fail_after: int | None = None) -> Iterator[None]:
+def engine_tokens(*, fail_after: int | None = None) -> Iterator[Slowed]:
     """While inside: each token the engine accounts for waits SLOW_TOKEN_S first (a long
-    generation outlives a short deadline on any machine), and with `fail_after` a choice's
-    next token after its first `fail_after` raises inside the engine, which ends that request
-    alone with EngineFault. (The session's engine is the only one in this process.)"""
-    on_token = Generating._on_token
+    generation outlives a short deadline on any machine); at the end of a step past
+    `hold_at` the engine waits, its events undelivered, until the request is aborted; and
+    with `fail_after` a choice's next token after its first `fail_after` raises inside the
+    engine, which ends that request alone with EngineFault. (The session's engine is the
+    only one in this process.)"""
+    on_token, flush, cancel = Generating._on_token, Outbox.flush, Engine.cancel
+    slowed = Slowed()
+    loop = asyncio.get_running_loop()  # the test's: an earlier test's request may still end
 
     def slow_or_failing(
         self: Generating, job: Job, choice: Choice, token: int | None, logits: Any
@@ -365,9 +396,32 @@ def engine_tokens(*, fail_after: int | None = None) -> Iterator[None]:
         time.sleep(SLOW_TOKEN_S)
         on_token(self, job, choice, token, logits)
 
+    def held_or_counted(self: Outbox) -> None:
+        if time.monotonic() >= slowed.hold_at:
+            # (never raised here, on the engine thread: a request never aborted shows in
+            # its line, and the session's engine goes on)
+            slowed.aborted.wait(HOLD_LIMIT_S)
+        else:
+            events = [event for _, event in self._items.get(loop, [])]
+            texts = [event.generated for event in events if isinstance(event, TextDelta)]
+            slowed.tokens = max([slowed.tokens, *texts])
+        flush(self)
+
+    def cancelled(self: Engine, job: Any) -> None:
+        cancel(self, job)
+        slowed.aborted.set()
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Generating, "_on_token", slow_or_failing)
-        yield
+        patch.setattr(Outbox, "flush", held_or_counted)
+        patch.setattr(Engine, "cancel", cancelled)
+        yield slowed
+
+
+def check_cut_short(line: Body, slowed: Slowed) -> None:
+    """A request cut short while held (the deadline, its client gone): the line counts every
+    token whose text the engine handed over before it was held, no more, no fewer."""
+    assert line["completion_tokens"] == slowed.tokens, (line, slowed)
 
 
 @pytest.fixture
@@ -411,7 +465,8 @@ async def test_finished(client, access_log, api: Api, stream: bool, ending: str)
 async def test_deadline(make_client, access_log, api: Api, stream: bool, ending: str) -> None:
     client = await make_client(request_timeout_s=DEADLINE_S)
     body = api.request(LONG_TOKENS, stream) | api.no_eos
-    with engine_tokens():
+    with engine_tokens() as slowed:
+        slowed.hold_at = time.monotonic() + DEADLINE_S - HOLD_GUARD_S
         outcome = await send(client, api, body, rid := new_id())
         line = await access_line(access_log, rid)
     if stream:
@@ -421,6 +476,7 @@ async def test_deadline(make_client, access_log, api: Api, stream: bool, ending:
         assert outcome.status == 504, outcome.body
         assert line["status"] == 504 and "error_status" not in line, line
     check_line(line, api, outcome, LONG_TOKENS)
+    check_cut_short(line, slowed)
 
 
 @pytest.mark.parametrize(CASE, cases("engine-error"))
@@ -437,28 +493,33 @@ async def test_engine_error(client, access_log, api: Api, stream: bool, ending: 
         assert outcome.status == 500, outcome.body
         assert line["status"] == 500 and "error_status" not in line, line
     check_line(line, api, outcome, FAULT_AFTER)
+    # the fault's event comes after the text of every token made before it
+    assert line["completion_tokens"] == FAULT_AFTER, line
 
 
 @pytest.mark.parametrize(CASE, cases("client-gone"))
-async def test_client_gone(client, engine, access_log, api: Api, stream: bool, ending: str) -> None:
+async def test_client_gone(client, access_log, api: Api, stream: bool, ending: str) -> None:
     body = api.request(LONG_TOKENS, stream) | api.no_eos
     # The same prompt once before, so that the cut request's prompt comes from the cache.
     warm = await client.post(api.path, json=api.request(1, stream=False))
     assert warm.status == 200, await warm.text()
     rid = new_id()
-    with engine_tokens():
+    with engine_tokens() as slowed:
         if stream:
             resp = await client.post(api.path, json=body, headers={"X-Request-Id": rid})
             outcome = await read_events(resp, api, until_output=True)
             assert outcome.outputs == 1, outcome.events
+            slowed.hold()
+            await asyncio.sleep(HOLD_GUARD_S)  # what was handed over reaches the handler
             resp.close()
         else:
             task = asyncio.create_task(
                 client.post(api.path, json=body, headers={"X-Request-Id": rid})
             )
-            steps = engine.steps
-            while engine.steps < steps + 3:  # admitted, and a few tokens made
+            while not slowed.tokens:  # admitted, and text handed over
                 await asyncio.sleep(0.01)
+            slowed.hold()
+            await asyncio.sleep(HOLD_GUARD_S)
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -466,5 +527,6 @@ async def test_client_gone(client, engine, access_log, api: Api, stream: bool, e
         line = await access_line(access_log, rid)
     assert line["status"] == 499 and "error_status" not in line, line
     check_line(line, api, outcome, LONG_TOKENS)
-    if outcome.outputs:
-        assert line.get("cached_tokens", 0) > 0, f"the cached prompt is not counted: {line}"
+    assert slowed.tokens >= 1, slowed  # it was cut after its text came
+    check_cut_short(line, slowed)
+    assert line.get("cached_tokens", 0) > 0, f"the cached prompt is not counted: {line}"

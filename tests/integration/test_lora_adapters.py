@@ -20,20 +20,23 @@ import pytest
 
 from edgeserve.config import Settings
 from edgeserve.engine.client import EngineClient
+from edgeserve.engine.types import ChatPrompt, ChatTurn, GenerationRequest, SamplingParams
 from edgeserve.engine.worker import Engine
 from edgeserve.http.app import create_app
+from tests.clients.models import Answers
 from tests.conftest import running_engine
 from tests.fixtures import lora_reference
 from tests.fixtures.tiny_lora import write_bad_loras, write_lora
 from tests.integration.engine_idle import assert_engine_idle
 from tests.integration.sse_client import finished_stream
+from tests.integration.test_embeddings import MAX_COSINE_DISTANCE, cosine_distance
 from tests.integration.test_server_process import free_port
 
 COMPLETIONS = "/v1/completions"
 CHAT = "/v1/chat/completions"
 SCORE = "/v1/score/evaluation"
 BASE = "gemma-test"
-LOAD_PROMPTS = ("Water boils at", "import numpy as", "SELECT * FROM")
+LOAD_PROMPTS = ("Water boils at", "import numpy as", "class Point:\n")
 LOAD_TOKENS = 6
 PROMPTS = ("The capital of France is", "Once upon a time, in a small village,", "def add(a, b):")
 END_TOKENS = {1, 106}  # Gemma's end-of-generation tokens
@@ -45,6 +48,9 @@ MAGNITUDE = 0.2
 # fair test of "the same under load as alone": llama.cpp's CPU kernels give a row slightly
 # different logits in a batch of another shape (see test_draft_model.py).
 NEAR_TIE = 0.35
+# The least number of tokens before the first near-tie in each load answer (LOAD_PROMPTS under
+# each set, alone: 6, 6, 6 / 6, 6, 6 / 6, 6, 4 measured): what "as alone" compares at least.
+MIN_SURE = 3
 
 
 @pytest.fixture(scope="module")
@@ -180,8 +186,8 @@ async def test_base_and_two_adapters_interleaved_under_load_each_answer_as_alone
     alone = [await answer_tokens(client, body) for body in bodies]
     together = await asyncio.gather(*(answer_tokens(client, body) for body in bodies))
     for body, (tokens, sure), (loaded, _) in zip(bodies, alone, together, strict=True):
+        assert sure >= MIN_SURE, (body, tokens, sure)  # the prompts were picked for this
         assert loaded[:sure] == tokens[:sure], body
-    assert sum(sure for _, sure in alone) >= 2 * len(bodies)  # most tokens are no near-tie
     for i in range(len(LOAD_PROMPTS)):  # an adapter changes each prompt's answer
         answers = {tuple(tokens) for tokens, _ in alone[3 * i : 3 * i + 3]}
         assert len(answers) >= 2, LOAD_PROMPTS[i]
@@ -218,17 +224,27 @@ async def test_scores_under_an_adapter_equal_a_float64_log_softmax_with_it(
     assert (await base.json())["scores"][0] != pytest.approx(body["scores"][0], abs=1e-2)
 
 
-async def test_embeddings_and_chat_honour_the_adapter(client):
-    async def vector(model: str) -> list[float]:
-        resp = await client.post("/v1/embeddings", json={"model": model, "input": "a cat"})
-        return (await resp.json())["data"][0]["embedding"]
-
-    assert await vector("alpha") != await vector(BASE)
+async def test_embeddings_and_chat_under_an_adapter_are_llamacpps_with_it(
+    client, lora_engine, model_path, adapters
+):
+    text = "a cat"
+    tokens = await tokens_of(client, text)
+    chat_prompt = ChatPrompt((ChatTurn("user", "Say hi"),))
+    chat_tokens = lora_engine.prepare(GenerationRequest(chat_prompt, SamplingParams())).tokens
     chat = {"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 6, "temperature": 0}
-    answers = []
-    for model in (BASE, "alpha"):
+    vectors, answers = [], []
+    for model, applied in ((BASE, []), ("alpha", [(adapters["alpha"], 1.0)])):
+        resp = await client.post("/v1/embeddings", json={"model": model, "input": text})
+        vector = (await resp.json())["data"][0]["embedding"]
+        expected = lora_reference.mean_pooled_embedding(model_path, applied, tokens)
+        assert cosine_distance(vector, expected) < MAX_COSINE_DISTANCE, model
+        vectors.append(expected)
         resp = await client.post(CHAT, json={**chat, "model": model})
-        answers.append((await resp.json())["choices"][0]["message"]["content"])
+        answer = (await resp.json())["choices"][0]["message"]["content"]
+        assert answer == await reference_text(client, model_path, applied, chat_tokens, 6), model
+        answers.append(answer)
+    # the adapter moves both: llama.cpp's own vectors and answers differ with it and without
+    assert cosine_distance(*vectors) > 100 * MAX_COSINE_DISTANCE
     assert answers[0] != answers[1]
 
 
@@ -249,11 +265,19 @@ async def test_a_wrong_lora_field_is_a_clear_4xx(client, lora, status):
     assert body["detail"] == body["message"] and "lora" in body["detail"]
 
 
-async def test_the_openai_sdk_selects_an_adapter_by_model_and_sees_404s(client):
-    sdk = openai.AsyncOpenAI(base_url=str(client.make_url("/v1")), api_key="none")
-    prompt = PROMPTS[0]
+async def test_the_openai_sdk_selects_an_adapter_by_model_and_sees_404s(
+    client, model_path, adapters
+):
+    # Token ids without BOS, as in the cold test above: a first token no other prompt has.
+    prompt = (await tokens_of(client, PROMPTS[2]))[1:]
+    expected = await reference_text(client, model_path, [(adapters["alpha"], 1.0)], prompt)
+    assert expected != await reference_text(client, model_path, [], prompt)
+    answers = Answers()
+    sdk = openai.AsyncOpenAI(
+        base_url=str(client.make_url("/v1")), api_key="none", http_client=answers.http
+    )
     got = await sdk.completions.create(model="alpha", prompt=prompt, max_tokens=10, temperature=0)
-    assert got.choices[0].text == await text_of(client, completion(prompt, "alpha"))
+    assert got.choices[0].text == answers.last() == expected
     models = await sdk.models.list()
     assert [m.id for m in models.data] == [BASE, "alpha", "beta"]
     with pytest.raises(openai.NotFoundError, match="adapter id 9"):
@@ -261,6 +285,7 @@ async def test_the_openai_sdk_selects_an_adapter_by_model_and_sees_404s(client):
             model=BASE, prompt="Hi", max_tokens=2, extra_body={"lora": [{"id": 9, "scale": 1}]}
         )
     await sdk.close()
+    await answers.http.aclose()
 
 
 async def test_load_and_unload_race_with_running_requests(

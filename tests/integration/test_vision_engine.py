@@ -2,15 +2,18 @@
 
 The projector is written by the test (tests/fixtures/tiny_projector.py, fixed seed) and loaded
 beside the real default model in an engine of this module's own. Logits are compared bit for
-bit with llama.cpp (libmtmd's tokenizer and chunk evaluation on a fresh context) where the
-cache layout is the same; answers beside other streams are compared with their solo runs
-(llama.cpp's repacked CPU kernels give a row other low bits in another batch, text too).
+bit with llama.cpp (libmtmd's tokenizer and chunk evaluation on a fresh context) on an engine
+of the test's own, whose cache is laid out as that fresh context (after other requests, a
+sequence's logits move with where its cells sit); answers beside text streams are compared
+with their solo runs (llama.cpp's repacked CPU kernels give a row other low bits in another
+batch, text too), and every token of them is shown sampled in a decode that held a stream.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +43,9 @@ from tests.fixtures.tiny_projector import IMAGE_TOKENS, wav_bytes, write_tiny_pr
 from tests.integration.engine_idle import assert_engine_idle
 from tests.integration.vision import chat, image_bytes, image_turn, llama_cpp_logits
 
+NO_END = {1: -100.0, 106: -100.0, 212: -100.0}  # Gemma's end-of-generation tokens banned
+STREAM_TOKENS = 200  # a text stream's answer, cut once the pictures' answers are done
+
 
 @pytest.fixture
 def first_rows(monkeypatch: pytest.MonkeyPatch) -> dict[int, tuple[int, np.ndarray]]:
@@ -55,6 +61,17 @@ def first_rows(monkeypatch: pytest.MonkeyPatch) -> dict[int, tuple[int, np.ndarr
 
     monkeypatch.setattr(Generating, "_on_sampled", spy)
     return rows
+
+
+@pytest.fixture
+def fresh_engine(model_path: Path, projector: Path) -> Iterator[Engine]:
+    """An engine of its own with the session's projector, its cache empty: bits can be
+    compared with llama.cpp's fresh context (the cache layout is the same)."""
+    engine = Engine(vision_config(model_path, projector))
+    engine.start()
+    assert engine.wait_loaded(120), engine.load_error
+    yield engine
+    engine.close()
 
 
 async def run(engine: Engine, request: GenerationRequest) -> tuple[str, Finished]:
@@ -93,8 +110,9 @@ def reference(model_path: Path, projector: Path, engine: Engine, prompt, images)
 
 
 async def test_image_logits_equal_llama_cpps_cold_cached_and_on_another_sequence(
-    vision_engine: Engine, model_path: Path, projector: Path, first_rows
+    fresh_engine: Engine, model_path: Path, projector: Path, first_rows
 ) -> None:
+    vision_engine = fresh_engine  # its cache empty, laid out as llama.cpp's fresh context
     image = image_bytes(11)
     prompt = chat(image_turn("Cold look: what is in ", image, "? One word."))
     ids, expected = reference(model_path, projector, vision_engine, prompt, [image])
@@ -103,7 +121,7 @@ async def test_image_logits_equal_llama_cpps_cold_cached_and_on_another_sequence
     cold = greedy(prompt)
     _, finished = await run(vision_engine, cold)
     first_seq, cold_row = first_rows[id(cold)]
-    assert finished.cached_tokens <= 4  # at most the chat template's opening, shared by all
+    assert finished.cached_tokens == 0
     assert np.array_equal(cold_row, expected)
 
     again = greedy(prompt)
@@ -126,8 +144,7 @@ async def test_image_logits_equal_llama_cpps_cold_cached_and_on_another_sequence
     # own logits for a sequence depend on where its cells sit among other sequences' in the
     # unified cache (its fresh-context run of a text prompt differs by up to 0.8 with 5 cells
     # of another sequence in front), so there the answer is compared, not the bits.
-    no_end = {1: -100.0, 106: -100.0, 212: -100.0}
-    hold = GenerationRequest(prompt, SamplingParams(max_tokens=200, logit_bias=no_end))
+    hold = GenerationRequest(prompt, SamplingParams(max_tokens=200, logit_bias=NO_END))
     holding = asyncio.ensure_future(run(vision_engine, hold))
     while id(hold) not in first_rows:
         await asyncio.sleep(0.01)
@@ -144,17 +161,6 @@ async def test_image_logits_equal_llama_cpps_cold_cached_and_on_another_sequence
     assert int(row.argmax()) == int(moved_expected.argmax())
 
 
-@pytest.fixture
-def fresh_engine(model_path: Path, projector: Path) -> Iterator[Engine]:
-    """An engine of its own with the session's projector, its cache empty: bits can be
-    compared with llama.cpp's fresh context (the cache layout is the same)."""
-    engine = Engine(vision_config(model_path, projector))
-    engine.start()
-    assert engine.wait_loaded(120), engine.load_error
-    yield engine
-    engine.close()
-
-
 async def test_audio_logits_equal_llama_cpps_and_a_repeated_clip_comes_from_the_cache(
     fresh_engine: Engine, model_path: Path, projector: Path, first_rows
 ) -> None:
@@ -168,7 +174,7 @@ async def test_audio_logits_equal_llama_cpps_and_a_repeated_clip_comes_from_the_
     assert positions > 100  # a 30 s chunk's frames, halved by the encoder
     request = greedy(prompt)
     _, finished = await run(vision_engine, request)
-    assert finished.cached_tokens <= 4
+    assert finished.cached_tokens == 0
     assert np.array_equal(first_rows[id(request)][1], expected)
     again = greedy(prompt)
     _, finished = await run(vision_engine, again)
@@ -188,21 +194,56 @@ async def test_audio_logits_equal_llama_cpps_and_a_repeated_clip_comes_from_the_
 
 
 async def test_image_answers_beside_text_streams_equal_their_solo_runs(
-    vision_engine: Engine,
+    vision_engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     images = [image_bytes(21), image_bytes(23, size=(20, 90), fmt="JPEG")]
     # Prompts without near-ties: llama.cpp's row values in another batch may tip a greedy
     # choice either way, text-only too ("Count from one to ten in words." answers "The model
     # that" alone and "The model of" beside three other text streams).
-    prompts = [
+    pictures = [
         chat(image_turn("Picture A: ", images[0], " Now count from one to ten in words.")),
         chat(image_turn("Picture B: ", images[1], " Now list the days of the week.")),
+    ]
+    texts = [
         chat(ChatTurn("user", "Name three colours.")),
         chat(ChatTurn("user", "List the days of the week.")),
     ]
-    solo = [await run(vision_engine, greedy(p, 3)) for p in prompts]
-    together = await asyncio.gather(*(run(vision_engine, greedy(p, 3)) for p in prompts))
+    solo = [await run(vision_engine, greedy(p, 3)) for p in pictures]
+    # Which requests each decode sampled a token for, by decode.
+    decodes = itertools.count()
+    step = [-1]
+    sampled: dict[int, set[int]] = {}
+    decode, on_sampled = vision_engine.backend.decode, Generating._on_sampled
+
+    def counted_decode() -> int:
+        step[0] = next(decodes)
+        return decode()
+
+    def spy(self, job, choice, token, row):  # type: ignore[no-untyped-def]
+        sampled.setdefault(step[0], set()).add(id(job.request))
+        return on_sampled(self, job, choice, token, row)
+
+    monkeypatch.setattr(vision_engine.backend, "decode", counted_decode)
+    monkeypatch.setattr(Generating, "_on_sampled", spy)
+    # Text streams that outlast the pictures' answers (no end of generation; cancelled after
+    # them), then the pictures once the streams are generating.
+    params = SamplingParams(max_tokens=STREAM_TOKENS, temperature=0, logit_bias=NO_END)
+    streams = [GenerationRequest(p, params) for p in texts]
+    streaming = [asyncio.ensure_future(run(vision_engine, r)) for r in streams]
+    while not any({id(r) for r in streams} & ids for ids in sampled.values()):
+        await asyncio.sleep(0.005)
+    requests = [greedy(p, 3) for p in pictures]
+    together = await asyncio.gather(*(run(vision_engine, r) for r in requests))
+    for task in streaming:
+        task.cancel()
+    await asyncio.gather(*streaming, return_exceptions=True)
+    await assert_engine_idle(vision_engine)
     assert [text for text, _ in together] == [text for text, _ in solo]
+    # every token of each picture's answer was sampled in a decode that held a text stream
+    stream_ids = {id(r) for r in streams}
+    for request in requests:
+        steps = [ids for ids in sampled.values() if id(request) in ids]
+        assert steps and all(ids & stream_ids for ids in steps), sampled
 
 
 async def test_n_choices_share_the_image_prefix(fresh_engine: Engine) -> None:
@@ -230,22 +271,37 @@ async def test_n_choices_share_the_image_prefix(fresh_engine: Engine) -> None:
     assert fresh_engine.stats().kv_cells_used == info.prompt_tokens + generated
 
 
-async def test_two_images_across_messages_and_a_repeated_one(vision_engine: Engine) -> None:
+async def test_two_images_across_messages_equal_llama_cpps_and_a_repeat_comes_from_the_cache(
+    fresh_engine: Engine, model_path: Path, projector: Path, first_rows
+) -> None:
     a, b = image_bytes(31), image_bytes(32)
     first = chat(
         image_turn("Two pictures: ", a, " and "),
         ChatTurn("assistant", "I see them."),
         image_turn("and this ", b, " one. Compare."),
     )
-    text, finished = await run(vision_engine, greedy(first, 6))
+    ids, expected = reference(model_path, projector, fresh_engine, first, [a, b])
+    assert ids.count(None) == 2 * IMAGE_TOKENS
+    cold = greedy(first, 6)
+    text, finished = await run(fresh_engine, cold)
     assert finished.completion_tokens > 0 and text
+    assert finished.cached_tokens == 0
+    assert np.array_equal(first_rows[id(cold)][1], expected)
+    # The same conversation again: both images come from the prefix cache, up to the text
+    # after the second, which is decoded again; the logits are llama.cpp's still.
+    again = greedy(first, 6)
+    repeated, finished = await run(fresh_engine, again)
+    assert repeated == text
+    assert finished.cached_tokens == tail_start(ids)
+    assert np.array_equal(first_rows[id(again)][1], expected)
     swapped = chat(
         image_turn("Two pictures: ", b, " and "),
         ChatTurn("assistant", "I see them."),
         image_turn("and this ", a, " one. Compare."),
     )
-    _, finished = await run(vision_engine, greedy(swapped, 6))
-    assert finished.cached_tokens < 10  # the first image differs: nothing after it is reused
+    _, finished = await run(fresh_engine, greedy(swapped, 6))
+    # the first image differs: the text before it comes from the cache, nothing after it
+    assert finished.cached_tokens == ids.index(None)
 
 
 async def test_bad_images_are_refused_and_the_engine_goes_on(vision_engine: Engine) -> None:

@@ -404,9 +404,13 @@ async def test_an_adapter_no_longer_listed_falls_back_to_the_base(
 
 
 HELPER_CASES = (Path(__file__).parent / "webui_helpers.js").read_text()
+# Each case of the list webui_helpers.js returns opens a line, indented by four spaces.
+HELPER_CASE_COUNT = len(re.findall(r"^ {4}\[", HELPER_CASES, re.MULTILINE))
 
 
 async def test_the_pages_helpers(serve, watched: Watched):
     await watched.open(await serve())
-    for got, expected in await watched.page.evaluate(HELPER_CASES):
+    cases = await watched.page.evaluate(HELPER_CASES)
+    assert HELPER_CASE_COUNT > 10 and len(cases) == HELPER_CASE_COUNT, cases
+    for got, expected in cases:
         assert got == expected

@@ -1,11 +1,15 @@
 """What the vision tests share: test images, a conversation with one, and llama.cpp's own
-path for it (`mtmd_helper_eval_chunks` on a fresh context), run in the test."""
+path for it (libmtmd's positions, and `mtmd_helper_eval_chunks` on a fresh context), run in
+the test."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import io
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import llama_cpp as lc
 import llama_cpp.mtmd_cpp as mtmd
@@ -30,38 +34,20 @@ def image_turn(text_before: str, data: bytes, text_after: str) -> ChatTurn:
     return ChatTurn("user", f"{text_before}{MEDIA_MARKER}{text_after}", (Media("image", data),))
 
 
-def llama_cpp_logits(
-    model_path: Path,
-    projector_path: Path,
-    rendered: str,
-    images: list[bytes],
-    *,
-    n_ctx: int,
-    n_seq: int,
-    n_batch: int,
-    n_threads: int,
-) -> tuple[list[int | None], np.ndarray]:
-    """llama.cpp's own answer for a rendered chat whose images stand at edgeserve's marker:
-    libmtmd decodes the files (stb_image) and tokenizes the text with its own marker, then
-    `mtmd_helper_eval_chunks` decodes every chunk on a fresh context (sequence 0), logits for
-    the last position. Returns the positions' token ids (None for a media position) and the
-    last logit row."""
+@contextlib.contextmanager
+def _mtmd_chunks(
+    model_path: Path, projector_path: Path, rendered: str, images: list[bytes], n_threads: int
+) -> Iterator[tuple[Any, Any, Any, list[int | None]]]:
+    """llama.cpp's model, libmtmd's context and its chunks for a rendered chat whose images
+    stand at edgeserve's marker (libmtmd decodes the files with stb_image and tokenizes the
+    text with its own marker), and the positions' token ids (None for a media position); all
+    freed after."""
     model = lc.llama_model_load_from_file(str(model_path).encode(), lc.llama_model_default_params())
     params = mtmd.mtmd_context_params_default()
     params.use_gpu = False
     params.n_threads = n_threads
     params.print_timings = False
     ctx_mm = mtmd.mtmd_init_from_file(str(projector_path).encode(), model, params)
-    cparams = lc.llama_context_default_params()
-    cparams.n_ctx = n_ctx
-    cparams.n_batch = n_batch
-    cparams.n_ubatch = min(n_batch, MAX_UBATCH)
-    cparams.n_seq_max = n_seq
-    cparams.n_threads = cparams.n_threads_batch = n_threads
-    cparams.kv_unified = True
-    cparams.swa_full = True
-    cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_DISABLED  # as the engine's default
-    ctx = lc.llama_init_from_model(model, cparams)
     chunks = mtmd.mtmd_input_chunks_init()
     bitmaps = []
     try:
@@ -74,9 +60,8 @@ def llama_cpp_logits(
         text.add_special, text.parse_special = False, True
         array = (ctypes.c_void_p * len(bitmaps))(*bitmaps)
         assert mtmd.mtmd_tokenize(ctx_mm, chunks, ctypes.byref(text), array, len(bitmaps)) == 0
-        n_chunks = mtmd.mtmd_input_chunks_size(chunks)
         ids: list[int | None] = []
-        for i in range(n_chunks):
+        for i in range(mtmd.mtmd_input_chunks_size(chunks)):
             chunk = mtmd.mtmd_input_chunks_get(chunks, i)
             count = ctypes.c_size_t()
             if mtmd.mtmd_input_chunk_get_type(chunk) == 0:
@@ -84,21 +69,66 @@ def llama_cpp_logits(
                 ids += [tokens[j] for j in range(count.value)]
             else:
                 ids += [None] * mtmd.mtmd_input_chunk_get_n_tokens(chunk)
-        n_past = lc.llama_pos(0)
-        rc = mtmd.mtmd_helper_eval_chunks(
-            ctx_mm, ctx, chunks, 0, 0, n_batch, True, ctypes.byref(n_past)
-        )
-        assert rc == 0 and n_past.value == len(ids)
-        n_vocab = lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(model))
-        row = np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, -1), shape=(n_vocab,)).copy()
-        return ids, row
+        yield model, ctx_mm, chunks, ids
     finally:
         for bitmap in bitmaps:
             mtmd.mtmd_bitmap_free(bitmap)
         mtmd.mtmd_input_chunks_free(chunks)
         mtmd.mtmd_free(ctx_mm)
-        lc.llama_free(ctx)
         lc.llama_model_free(model)
+
+
+def llama_cpp_positions(
+    model_path: Path, projector_path: Path, rendered: str, images: list[bytes]
+) -> list[int | None]:
+    """llama.cpp's positions for a rendered chat whose images stand at edgeserve's marker:
+    their token ids, None for a media position (libmtmd's tokenizer, nothing decoded)."""
+    with _mtmd_chunks(model_path, projector_path, rendered, images, 1) as (*_, ids):
+        return ids
+
+
+def llama_cpp_logits(
+    model_path: Path,
+    projector_path: Path,
+    rendered: str,
+    images: list[bytes],
+    *,
+    n_ctx: int,
+    n_seq: int,
+    n_batch: int,
+    n_threads: int,
+) -> tuple[list[int | None], np.ndarray]:
+    """llama.cpp's own answer for a rendered chat whose images stand at edgeserve's marker:
+    libmtmd's chunks (`_mtmd_chunks`), then `mtmd_helper_eval_chunks` decodes every chunk on
+    a fresh context (sequence 0), logits for the last position. Returns the positions' token
+    ids (None for a media position) and the last logit row."""
+    with _mtmd_chunks(model_path, projector_path, rendered, images, n_threads) as (
+        model,
+        ctx_mm,
+        chunks,
+        ids,
+    ):
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = min(n_batch, MAX_UBATCH)
+        cparams.n_seq_max = n_seq
+        cparams.n_threads = cparams.n_threads_batch = n_threads
+        cparams.kv_unified = True
+        cparams.swa_full = True
+        cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_DISABLED  # as the engine's default
+        ctx = lc.llama_init_from_model(model, cparams)
+        try:
+            n_past = lc.llama_pos(0)
+            rc = mtmd.mtmd_helper_eval_chunks(
+                ctx_mm, ctx, chunks, 0, 0, n_batch, True, ctypes.byref(n_past)
+            )
+            assert rc == 0 and n_past.value == len(ids)
+            n_vocab = lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(model))
+            row = np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, -1), shape=(n_vocab,))
+            return ids, row.copy()
+        finally:
+            lc.llama_free(ctx)
 
 
 def chat(*turns: ChatTurn) -> ChatPrompt:

@@ -5,13 +5,11 @@ requests, and servers on real ports around the session's engines."""
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
 import pytest_asyncio
 from aiohttp import web
 from playwright.async_api import Browser, ConsoleMessage, Page, Request, Route, async_playwright
@@ -19,6 +17,7 @@ from playwright.async_api import Browser, ConsoleMessage, Page, Request, Route, 
 from edgeserve.engine.client import EngineClient
 from edgeserve.http.app import create_app
 from tests.integration.conftest import EOS_BAN, server_settings
+from tests.system_tools import require
 
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "build" / "screenshots"
@@ -27,18 +26,10 @@ PHONE = {"width": 390, "height": 800}
 CHAT = "v1/chat/completions"
 
 
-def chromium() -> str:
-    """Debian's Chromium; its absence is a skip that says how to install it."""
-    path = shutil.which("chromium")
-    if path is None:
-        pytest.skip("chromium is not installed (apt-get install chromium; make test does, as root)")
-    return path
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def browser() -> AsyncIterator[Browser]:
     """One headless Chromium for the module."""
-    executable = chromium()
+    executable = require("chromium", "chromium")  # Debian's, never a download
     async with async_playwright() as playwright:
         launched = await playwright.chromium.launch(executable_path=executable)
         yield launched

@@ -2,8 +2,9 @@
 server whose engine has the tiny projector (tests/fixtures/tiny_projector.py): an `image_url`
 data URL and an `input_audio` clip in chat, `input_image` in Responses, an Anthropic `image`
 block; each answer equals the engine's
-own answer for the same conversation. Bad images are 400s the SDKs raise as BadRequestError,
-and a client that leaves while its image is in the engine leaves it idle."""
+own answer for the same conversation, and the usage counts llama.cpp's positions for it (the
+image's included). Bad images are 400s the SDKs raise as BadRequestError, and a client that
+leaves while its image is being encoded has its work stopped within a few steps."""
 
 from __future__ import annotations
 
@@ -28,9 +29,10 @@ from edgeserve.engine.types import (
     TextDelta,
 )
 from edgeserve.http.app import create_app
-from tests.fixtures.tiny_projector import wav_bytes
-from tests.integration.engine_idle import assert_engine_idle
-from tests.integration.vision import chat, image_bytes, image_turn
+from tests.fixtures.tiny_projector import IMAGE_TOKENS, wav_bytes
+from tests.integration.conftest import EOS_BAN
+from tests.integration.engine_idle import assert_engine_idle, assert_left_work_stops
+from tests.integration.vision import chat, image_bytes, image_turn, llama_cpp_positions
 from tests.sdk.conftest import TIMEOUT_S, async_client
 
 QUESTION = "What is in this picture? Answer briefly."
@@ -71,9 +73,16 @@ async def engine_text(engine, prompt: ChatPrompt) -> str:  # type: ignore[no-unt
     return text
 
 
-async def test_openai_chat_image_url_streamed_and_not(oai, vision_engine) -> None:
+async def test_openai_chat_image_url_streamed_and_not(
+    oai, vision_engine, model_path, projector
+) -> None:
     image = image_bytes(101)
     expected = await engine_answer(vision_engine, image)
+    conversation = chat(image_turn("", image, QUESTION))
+    positions = llama_cpp_positions(
+        model_path, projector, vision_engine.backend.render(conversation), [image]
+    )
+    assert positions.count(None) == IMAGE_TOKENS
     content = [
         {"type": "image_url", "image_url": {"url": data_url(image)}},
         {"type": "text", "text": QUESTION},
@@ -83,7 +92,7 @@ async def test_openai_chat_image_url_streamed_and_not(oai, vision_engine) -> Non
         model="m", messages=messages, max_tokens=TOKENS, temperature=0
     )
     assert reply.choices[0].message.content == expected
-    assert reply.usage.prompt_tokens > 4  # the image's positions count
+    assert reply.usage.prompt_tokens == len(positions)  # the image's positions count
     stream = await oai.chat.completions.create(
         model="m", messages=messages, max_tokens=TOKENS, temperature=0, stream=True
     )
@@ -176,7 +185,7 @@ async def test_bad_images_are_400s_and_the_server_goes_on(oai, vision_engine, pa
     assert reply.choices[0].message.content is not None
 
 
-async def test_a_client_leaving_during_its_image_leaves_the_engine_idle(
+async def test_a_client_leaving_during_its_image_stops_its_work_and_leaves_the_engine_idle(
     vision_server, vision_engine, monkeypatch
 ) -> None:
     backend = vision_engine.backend
@@ -195,7 +204,8 @@ async def test_a_client_leaving_during_its_image_leaves_the_engine_idle(
     url = data_url(image_bytes(106))
     body = {
         "model": "m",
-        "max_tokens": 200,
+        "max_tokens": 200,  # with no end of generation: far more steps than the abort takes
+        "logit_bias": EOS_BAN,
         "stream": True,
         "messages": [
             {
@@ -209,5 +219,7 @@ async def test_a_client_leaving_during_its_image_leaves_the_engine_idle(
             session.post(vision_server.make_url("/v1/chat/completions"), json=body)
         )
         await asyncio.wait_for(started.wait(), 30)
+        left_at = vision_engine.steps
         request.cancel()
+    await assert_left_work_stops(vision_engine, left_at)
     await assert_engine_idle(vision_engine)

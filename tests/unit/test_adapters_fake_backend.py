@@ -51,6 +51,25 @@ def test_adapter_set_sorts_merges_and_drops_zero_scales():
 def test_each_set_answers_differently_and_a_step_runs_one_set():
     base, a, b, ab = (solo("the cat sat", s) for s in ((), A, B, AB))
     assert len({base, a, b, ab}) == 4
+    # The four sets at once: every decode holds rows of one set's requests, the set it runs.
+    h = adapter_harness(parallel=4)
+    sets_of_rows: list[tuple[AdapterSet, set[AdapterSet]]] = []
+
+    def record(batch: list[tuple[int, int, int, bool]]) -> None:
+        under = {
+            choice.seq_id: job.request.adapters
+            for job in h.scheduler.active
+            for choice in job.choices
+        }
+        sets_of_rows.append((h.backend.adapters, {under[seq] for _, _, seq, _ in batch}))
+
+    h.backend.before_decode = record
+    runs = [(s, h.submit("the cat sat", adapters=s)[1]) for s in ((), A, B, AB)]
+    h.run_until_idle()
+    assert {ran for ran, _ in sets_of_rows} == {(), A, B, AB}
+    assert all(rows == {ran} for ran, rows in sets_of_rows), sets_of_rows
+    assert [answers(events)[0] for _, events in runs] == [base, a, b, ab]
+    h.assert_clean()
 
 
 @pytest.mark.parametrize("parallel", [3, 6])

@@ -394,14 +394,6 @@ def test_lora_runs_by_default_and_has_its_switches(model: Path, capsys):
         assert "exclude each other" in capsys.readouterr().err
 
 
-@pytest.mark.needs_model
-def test_the_adapters_are_the_tests_tiny_ones(model_path: Path, tmp_path: Path):
-    paths = lora.write_adapters(tmp_path / "lora", model_path)
-    assert paths == [tmp_path / "lora" / "tiny-lora-a.gguf", tmp_path / "lora" / "tiny-lora-b.gguf"]
-    assert all(0.5 * MIB < p.stat().st_size < 2 * MIB for p in paths)
-    assert paths[0].read_bytes() != paths[1].read_bytes()  # seeds 1 and 2
-
-
 async def test_one_load_against_fake_servers_sends_each_stream_under_its_set(aiohttp_server):
     seen: dict[str, list[dict]] = {"a": [], "b": []}
 

@@ -45,13 +45,40 @@ FORBIDDEN = {
 }
 
 
+def package_of(path: Path) -> list[str]:
+    """The dotted package `path` belongs to, as parts (`edgeserve/http/app.py` → edgeserve,
+    http); a package's `__init__.py` belongs to that package."""
+    return list(path.relative_to(REPO).parent.parts)
+
+
+def from_module(node: ast.ImportFrom, path: Path) -> str:
+    """The absolute module a `from … import` in `path` reads from: a relative one (`from .x`,
+    `from .. import y`) resolved against the file's package."""
+    if not node.level:
+        return node.module or ""
+    package = package_of(path)
+    if node.level > len(package):
+        raise AssertionError(f"{path}: `from {'.' * node.level}` climbs out of the repository")
+    base = package[: len(package) - node.level + 1]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def from_names(node: ast.ImportFrom, path: Path) -> set[str]:
+    """The modules a `from … import` names: the one it reads from, and `from . import x`'s
+    `x` (a module of the package itself)."""
+    module = from_module(node, path)
+    if node.module is None:
+        return {f"{module}.{alias.name}" for alias in node.names}
+    return {module}
+
+
 def imports(path: Path) -> set[str]:
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            names.update(from_names(node, path))
     return names
 
 
@@ -151,12 +178,13 @@ def runtime_imports(path: Path) -> set[str]:
             continue
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            module = from_module(node, path)
+            names.update(from_names(node, path))
             names.update(
-                f"{node.module}.{alias.name}"
+                f"{module}.{alias.name}"
                 for alias in node.names
-                if module_file(f"{node.module}.{alias.name}")
+                if module_file(f"{module}.{alias.name}")
             )
         pending.extend(ast.iter_child_nodes(node))
     return names
@@ -205,3 +233,24 @@ def test_the_closure_follows_imports_through_modules():
     reached = import_closure(PACKAGE / "engine" / "worker.py")
     assert "llama_cpp" in reached and "edgeserve.engine.llama.model" in reached
     assert chain(reached, "llama_cpp", "edgeserve/engine/worker.py").startswith("llama_cpp <- ")
+
+
+@pytest.mark.parametrize(
+    ("source", "where", "names"),
+    [
+        ("from ..http import app", "engine/policy.py", {"edgeserve.http"}),
+        (
+            "from . import jobs, slots",
+            "engine/policy.py",
+            {"edgeserve.engine.jobs", "edgeserve.engine.slots"},
+        ),
+        ("from .llama.model import X", "engine/worker.py", {"edgeserve.engine.llama.model"}),
+        ("from .. import errors", "engine/llama/model.py", {"edgeserve.engine.errors"}),
+        ("from .common import call", "api/__init__.py", {"edgeserve.api.common"}),
+        ("from edgeserve.http import app", "engine/policy.py", {"edgeserve.http"}),
+    ],
+)
+def test_relative_imports_name_the_module_they_reach(source, where, names):
+    [node] = ast.parse(source).body
+    assert isinstance(node, ast.ImportFrom)
+    assert from_names(node, PACKAGE / where) == names

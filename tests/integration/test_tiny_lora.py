@@ -1,7 +1,8 @@
 """The tiny LoRA adapters (tests/fixtures/tiny_lora.py) on the default model, through
 llama.cpp's own path (tests/fixtures/lora_reference.py): no server. A scale of 0 is the base
 exactly, a scale of 1 changes the greedy answer, seeds give different adapters (and the same
-seed the same bytes), alpha is read, and the bad files are refused for their own reasons."""
+seed the same bytes), alpha is read, and the bad files are refused for their own reasons; the
+bench's LoRA workload (bench/lora.py) writes these same adapters."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import gguf
 import numpy as np
 import pytest
 
+from bench import lora
 from tests.fixtures.lora_reference import (
     adapter_refusal,
     free_models,
@@ -103,3 +105,10 @@ def test_bad_files_are_refused(base, loras, tmp_path):
         "(hint: maybe wrong base model?)",
     }
     assert adapter_refusal(base, loras[1]) is None
+
+
+def test_the_benchs_adapters_are_these(base, loras, tmp_path):
+    paths = lora.write_adapters(tmp_path / "lora", base)
+    assert paths == [tmp_path / "lora" / "tiny-lora-a.gguf", tmp_path / "lora" / "tiny-lora-b.gguf"]
+    assert all(2**19 < p.stat().st_size < 2**21 for p in paths)  # half a MiB to two
+    assert [p.read_bytes() for p in paths] == [loras[seed].read_bytes() for seed in (1, 2)]
