@@ -222,16 +222,22 @@ def test_setup_logging_rejects_unknown_names():
         setup_logging("info", "xml")
 
 
-def test_missing_model_in_a_real_process():
+def serve_process(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`edgeserve serve ARGS` run to its end in a real process, with none of edgeserve's
+    variables from this environment but `env`."""
     environ = {k: v for k, v in os.environ.items() if k not in ENV_NAMES}
-    done = subprocess.run(
-        [sys.executable, "-m", "edgeserve", "serve", "--model", "/nonexistent.gguf"],
+    return subprocess.run(
+        [sys.executable, "-m", "edgeserve", "serve", *args],
         cwd=REPO,
-        env=environ,
+        env={**environ, **env},
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def test_missing_model_in_a_real_process():
+    done = serve_process("--model", "/nonexistent.gguf")
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr == "edgeserve: error: model file not found: /nonexistent.gguf\n"

@@ -4,17 +4,14 @@ process."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from edgeserve.config import ConfigError, load_settings
 from edgeserve.config import sources as config
+from tests.unit.test_cli import serve_process
 
-ENV_NAMES = [name for opt in config.OPTIONS for name in opt.env]
 NO_KEY_ON_LAN = (
     "--allow-runtime-lora needs an API key on a non-loopback --host (here {host}): anyone who "
     "can reach the port could load adapters and choose what the model answers; set "
@@ -116,15 +113,8 @@ def test_runtime_loading_on_loopback_or_behind_a_key_starts(model, argv, environ
 
 
 def test_runtime_loading_off_loopback_without_a_key_exits_2_in_a_real_process(model):
-    environ = {k: v for k, v in os.environ.items() if k not in ENV_NAMES}
-    environ["EDGESERVE_ALLOW_RUNTIME_LORA"] = "1"
-    done = subprocess.run(
-        [sys.executable, "-m", "edgeserve", "serve", "--model", str(model), "--host", "0.0.0.0"],
-        cwd=Path(__file__).resolve().parents[2],
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    done = serve_process(
+        "--model", str(model), "--host", "0.0.0.0", EDGESERVE_ALLOW_RUNTIME_LORA="1"
     )
     assert done.returncode == 2
     assert done.stdout == ""
