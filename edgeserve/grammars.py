@@ -246,6 +246,8 @@ def _repetition_cost(value: Any, depth: int) -> int:
         for bound in bounds:
             if bound > MAX_REPEAT:
                 raise GrammarError(f'"{key}" repeats {bound:g} times; the limit is {MAX_REPEAT}')
+            if bound < 0:  # the converter writes out max - min copies: a grammar without limit
+                raise GrammarError(f'"{key}" has a negative bound ({bound:g})')
             width = depth + _RULE_OVERHEAD + (len(item) if isinstance(item, str) else 0)
             cost += int(bound) * width
         cost += _repetition_cost(item, depth + len(key) + 1)
@@ -254,14 +256,14 @@ def _repetition_cost(value: Any, depth: int) -> int:
 
 def _quantifier_bound(body: str) -> float:
     """The largest number in a regex quantifier body ("3", "2,", "1,5"), read as the converter
-    reads it; 0 when it has none."""
+    reads it, or its smallest when that is negative; 0 when it has none."""
     numbers = []
     for part in body.split(","):
         try:
             numbers.append(int(part.strip()))
         except ValueError:
             continue
-    return max(numbers, default=0)
+    return min(numbers) if numbers and min(numbers) < 0 else max(numbers, default=0)
 
 
 def _prefix_rules(gbnf: str, prefix: str) -> str:

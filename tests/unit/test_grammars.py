@@ -120,6 +120,17 @@ REFUSED = [
         "past U+10FFFF) in [\\ud800-\\udbff\\udc00]",
     ),
     (
+        "a negative minItems (the converter writes out maxItems - minItems copies: -1e9 took all"
+        " memory)",
+        {"type": "array", "items": {"type": "integer"}, "minItems": -(10**5), "maxItems": 2},
+        '"minItems" has a negative bound (-100000)',
+    ),
+    (
+        "a negative bound in a pattern",
+        {"type": "string", "pattern": "^a{-100000,2}$"},
+        '"pattern" has a negative bound (-100000)',
+    ),
+    (
         "a code point past U+10FFFF",
         {"type": "string", "pattern": "^\\U00110000$"},
         "it needs a character that no token can produce (U+0000, a UTF-16 surrogate or one "
