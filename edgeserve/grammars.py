@@ -108,7 +108,11 @@ class _Converter(SchemaConverter):
     demands a character no token produces."""
 
     def _add_rule(self, name: str, rule: str) -> str:
-        """The converter's rules, with its JSON string character and pattern dot made strict."""
+        """The converter's rules, with its JSON string character and pattern dot made strict.
+        GrammarError for a rule that matches nothing: the converter writes an empty `anyOf`,
+        `enum` or `type` list as an empty rule, which is not GBNF (llama.cpp refuses it)."""
+        if not rule.strip():
+            raise GrammarError(f"an empty anyOf, enum or type list (at {name}) matches no value")
         if name == "char":
             rule = JSON_STRING_CHAR
         elif name == "dot":

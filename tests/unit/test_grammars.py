@@ -52,6 +52,7 @@ def nested(depth: int) -> dict[str, Any]:
     return schema
 
 
+EMPTY_AT_ROOT = "an empty anyOf, enum or type list (at root) matches no value"
 REFUSED = [
     ("not an object", [1], "a schema must be a JSON object, got [1]"),
     ("unknown type", {"type": "nonsense"}, "Unrecognized schema: {'type': 'nonsense'}"),
@@ -129,6 +130,18 @@ REFUSED = [
         "a negative bound in a pattern",
         {"type": "string", "pattern": "^a{-100000,2}$"},
         '"pattern" has a negative bound (-100000)',
+    ),
+    (
+        "an empty anyOf (llama.cpp cannot parse the empty rule the converter writes)",
+        {"anyOf": []},
+        EMPTY_AT_ROOT,
+    ),
+    ("an empty type list", {"type": []}, EMPTY_AT_ROOT),
+    ("an empty enum", {"enum": []}, EMPTY_AT_ROOT),
+    (
+        "an empty enum of a property",
+        {"type": "object", "properties": {"a": {"enum": []}}},
+        "an empty anyOf, enum or type list (at a) matches no value",
     ),
     (
         "a code point past U+10FFFF",
@@ -237,8 +250,15 @@ def test_local_refs_of_the_parameters_still_resolve() -> None:
         {"type": "object", "properties": {"x": {"type": "string", "maxLength": 10**6}}},
         {"type": "string"},
         {"type": "object", "properties": {"x": {"$ref": "#/$defs/missing"}}},
+        {"type": "object", "properties": {"x": {"enum": []}}},
     ],
-    ids=["unconvertible", "too large", "not an object", "dangling ref"],
+    ids=[
+        "unconvertible",
+        "too large",
+        "not an object",
+        "dangling ref",
+        "empty enum",
+    ],
 )
 def test_arguments_fall_back_to_any_object(parameters: dict[str, Any]) -> None:
     fallback = tool_call_grammar([("f", {"type": "object"})])
