@@ -51,6 +51,10 @@ _ESCAPE: Final = re.compile(
 )
 _SIMPLE_ESCAPES: Final = {"n": 10, "r": 13, "t": 9}
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
+_PATTERN_ESCAPE: Final = re.compile(r"\\(.?)", re.S)
+# Escapes that GBNF also has (the converter copies them), and regex escapes of the characters
+# that the converter unescapes itself.
+_PATTERN_ESCAPES_KEPT: Final = frozenset('xuUtrn\\"[]') | frozenset("(){}|*+?")
 _RULE_OVERHEAD: Final = 16
 _ERROR_CHARS: Final = 200
 
@@ -118,6 +122,18 @@ class _Converter(SchemaConverter):
         elif name == "dot":
             rule = PATTERN_DOT
         return super()._add_rule(name, rule)
+
+    def _visit_pattern(self, pattern: str, name: str) -> str:
+        """GrammarError for a regex escape that the converter copies into the grammar as it
+        is but GBNF does not have (`\\d`, `\\.`, `\\-`, ...): llama.cpp would refuse the
+        whole grammar."""
+        for match in _PATTERN_ESCAPE.finditer(pattern):
+            if match.group(1) not in _PATTERN_ESCAPES_KEPT:
+                raise GrammarError(
+                    f"the escape {match.group(0)} in its pattern is not supported; write a "
+                    "character class instead ([0-9] for \\d, [.] for \\., ...)"
+                )
+        return super()._visit_pattern(pattern, name)
 
     def _format_literal(self, literal: str) -> str:
         readable = json.dumps(json.loads(literal), ensure_ascii=False)

@@ -144,6 +144,18 @@ REFUSED = [
         "an empty anyOf, enum or type list (at a) matches no value",
     ),
     (
+        "a \\d in a pattern (the converter copies it; GBNF has no such escape)",
+        {"type": "string", "pattern": "^\\d{5}$"},
+        "the escape \\d in its pattern is not supported; write a character class instead "
+        "([0-9] for \\d, [.] for \\., ...)",
+    ),
+    (
+        "a \\. in a pattern's class",
+        {"type": "string", "pattern": "^[a-z\\.]+$"},
+        "the escape \\. in its pattern is not supported; write a character class instead "
+        "([0-9] for \\d, [.] for \\., ...)",
+    ),
+    (
         "a code point past U+10FFFF",
         {"type": "string", "pattern": "^\\U00110000$"},
         "it needs a character that no token can produce (U+0000, a UTF-16 surrogate or one "
@@ -251,6 +263,7 @@ def test_local_refs_of_the_parameters_still_resolve() -> None:
         {"type": "string"},
         {"type": "object", "properties": {"x": {"$ref": "#/$defs/missing"}}},
         {"type": "object", "properties": {"x": {"enum": []}}},
+        {"type": "object", "properties": {"zip": {"type": "string", "pattern": "^\\d{5}$"}}},
     ],
     ids=[
         "unconvertible",
@@ -258,6 +271,7 @@ def test_local_refs_of_the_parameters_still_resolve() -> None:
         "not an object",
         "dangling ref",
         "empty enum",
+        "pattern escape",
     ],
 )
 def test_arguments_fall_back_to_any_object(parameters: dict[str, Any]) -> None:
