@@ -238,6 +238,7 @@ def paths(doc: Any, prefix: Path = ()) -> Iterator[Path]:
 
 
 def node_at(doc: Any, path: Path) -> Any:
+    """The node of `doc` at `path`."""
     for step in path:
         doc = doc[step]
     return doc

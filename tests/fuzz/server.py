@@ -9,7 +9,6 @@ import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.fuzz.memory import limit_address_space
+from tests.integration.test_server_process import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 SERVER_MEMORY_BYTES = 8 << 30
@@ -33,12 +33,6 @@ class Answer:
     status: int
     content_type: str
     body: bytes
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class FuzzServer:
