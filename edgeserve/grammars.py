@@ -51,6 +51,10 @@ _ESCAPE: Final = re.compile(
 )
 _SIMPLE_ESCAPES: Final = {"n": 10, "r": 13, "t": 9}
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
+_PATTERN_ESCAPE: Final = re.compile(r"\\(.?)", re.S)
+# Escapes that GBNF also has (the converter copies them), and regex escapes of the characters
+# that the converter unescapes itself.
+_PATTERN_ESCAPES_KEPT: Final = frozenset('xuUtrn\\"[]') | frozenset("(){}|*+?")
 _RULE_OVERHEAD: Final = 16
 _ERROR_CHARS: Final = 200
 
@@ -108,12 +112,28 @@ class _Converter(SchemaConverter):
     demands a character no token produces."""
 
     def _add_rule(self, name: str, rule: str) -> str:
-        """The converter's rules, with its JSON string character and pattern dot made strict."""
+        """The converter's rules, with its JSON string character and pattern dot made strict.
+        GrammarError for a rule that matches nothing: the converter writes an empty `anyOf`,
+        `enum` or `type` list as an empty rule, which is not GBNF (llama.cpp refuses it)."""
+        if not rule.strip():
+            raise GrammarError(f"an empty anyOf, enum or type list (at {name}) matches no value")
         if name == "char":
             rule = JSON_STRING_CHAR
         elif name == "dot":
             rule = PATTERN_DOT
         return super()._add_rule(name, rule)
+
+    def _visit_pattern(self, pattern: str, name: str) -> str:
+        """GrammarError for a regex escape that the converter copies into the grammar as it
+        is but GBNF does not have (`\\d`, `\\.`, `\\-`, ...): llama.cpp would refuse the
+        whole grammar."""
+        for match in _PATTERN_ESCAPE.finditer(pattern):
+            if match.group(1) not in _PATTERN_ESCAPES_KEPT:
+                raise GrammarError(
+                    f"the escape {match.group(0)} in its pattern is not supported; write a "
+                    "character class instead ([0-9] for \\d, [.] for \\., ...)"
+                )
+        return super()._visit_pattern(pattern, name)
 
     def _format_literal(self, literal: str) -> str:
         readable = json.dumps(json.loads(literal), ensure_ascii=False)
@@ -246,6 +266,8 @@ def _repetition_cost(value: Any, depth: int) -> int:
         for bound in bounds:
             if bound > MAX_REPEAT:
                 raise GrammarError(f'"{key}" repeats {bound:g} times; the limit is {MAX_REPEAT}')
+            if bound < 0:  # the converter writes out max - min copies: a grammar without limit
+                raise GrammarError(f'"{key}" has a negative bound ({bound:g})')
             width = depth + _RULE_OVERHEAD + (len(item) if isinstance(item, str) else 0)
             cost += int(bound) * width
         cost += _repetition_cost(item, depth + len(key) + 1)
@@ -254,14 +276,14 @@ def _repetition_cost(value: Any, depth: int) -> int:
 
 def _quantifier_bound(body: str) -> float:
     """The largest number in a regex quantifier body ("3", "2,", "1,5"), read as the converter
-    reads it; 0 when it has none."""
+    reads it, or its smallest when that is negative; 0 when it has none."""
     numbers = []
     for part in body.split(","):
         try:
             numbers.append(int(part.strip()))
         except ValueError:
             continue
-    return max(numbers, default=0)
+    return min(numbers) if numbers and min(numbers) < 0 else max(numbers, default=0)
 
 
 def _prefix_rules(gbnf: str, prefix: str) -> str:

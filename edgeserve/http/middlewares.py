@@ -61,8 +61,10 @@ def anthropic_error_response(request: web.Request, err: ApiError) -> web.Respons
 
 @web.middleware
 async def request_context(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Assign the request id, turn any escaped exception into 500, and observe the finished
-    request once: one access line and the metrics (499 when the client went away first)."""
+    """Assign the request id, turn any escaped exception into 500 (or, once the response has
+    started, end the connection, so that the client is not left waiting), and observe the
+    finished request once: one access line and the metrics (499 when the client went away
+    first)."""
     request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
     record = RequestRecord(request_id=request_id)
     request[RECORD] = record
@@ -78,6 +80,8 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
         http_log.exception(
             "unhandled error in %s %s [%s]", request.method, request.path, request_id
         )
+        if request.writer.output_size:
+            raise  # a started response (a stream) cannot become a 500: aiohttp closes it
         response = web.Response(
             status=500, text="Internal Server Error", content_type="text/plain", charset="utf-8"
         )

@@ -52,6 +52,7 @@ def nested(depth: int) -> dict[str, Any]:
     return schema
 
 
+EMPTY_AT_ROOT = "an empty anyOf, enum or type list (at root) matches no value"
 REFUSED = [
     ("not an object", [1], "a schema must be a JSON object, got [1]"),
     ("unknown type", {"type": "nonsense"}, "Unrecognized schema: {'type': 'nonsense'}"),
@@ -118,6 +119,41 @@ REFUSED = [
         {"type": "string", "pattern": "^[\\ud800-\\udbff\\udc00]$"},
         "it needs a character that no token can produce (U+0000, a UTF-16 surrogate or one "
         "past U+10FFFF) in [\\ud800-\\udbff\\udc00]",
+    ),
+    (
+        "a negative minItems (the converter writes out maxItems - minItems copies: -1e9 took all"
+        " memory)",
+        {"type": "array", "items": {"type": "integer"}, "minItems": -(10**5), "maxItems": 2},
+        '"minItems" has a negative bound (-100000)',
+    ),
+    (
+        "a negative bound in a pattern",
+        {"type": "string", "pattern": "^a{-100000,2}$"},
+        '"pattern" has a negative bound (-100000)',
+    ),
+    (
+        "an empty anyOf (llama.cpp cannot parse the empty rule the converter writes)",
+        {"anyOf": []},
+        EMPTY_AT_ROOT,
+    ),
+    ("an empty type list", {"type": []}, EMPTY_AT_ROOT),
+    ("an empty enum", {"enum": []}, EMPTY_AT_ROOT),
+    (
+        "an empty enum of a property",
+        {"type": "object", "properties": {"a": {"enum": []}}},
+        "an empty anyOf, enum or type list (at a) matches no value",
+    ),
+    (
+        "a \\d in a pattern (the converter copies it; GBNF has no such escape)",
+        {"type": "string", "pattern": "^\\d{5}$"},
+        "the escape \\d in its pattern is not supported; write a character class instead "
+        "([0-9] for \\d, [.] for \\., ...)",
+    ),
+    (
+        "a \\. in a pattern's class",
+        {"type": "string", "pattern": "^[a-z\\.]+$"},
+        "the escape \\. in its pattern is not supported; write a character class instead "
+        "([0-9] for \\d, [.] for \\., ...)",
     ),
     (
         "a code point past U+10FFFF",
@@ -226,8 +262,17 @@ def test_local_refs_of_the_parameters_still_resolve() -> None:
         {"type": "object", "properties": {"x": {"type": "string", "maxLength": 10**6}}},
         {"type": "string"},
         {"type": "object", "properties": {"x": {"$ref": "#/$defs/missing"}}},
+        {"type": "object", "properties": {"x": {"enum": []}}},
+        {"type": "object", "properties": {"zip": {"type": "string", "pattern": "^\\d{5}$"}}},
     ],
-    ids=["unconvertible", "too large", "not an object", "dangling ref"],
+    ids=[
+        "unconvertible",
+        "too large",
+        "not an object",
+        "dangling ref",
+        "empty enum",
+        "pattern escape",
+    ],
 )
 def test_arguments_fall_back_to_any_object(parameters: dict[str, Any]) -> None:
     fallback = tool_call_grammar([("f", {"type": "object"})])

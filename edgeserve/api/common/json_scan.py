@@ -135,8 +135,13 @@ class JsonValue:
             raise Broken(self._token)
 
     def _scalar(self) -> None:
-        """Write the finished number or literal as Python writes its value."""
-        self.out.append(json.dumps(json.loads(self._token)))
+        """Write the finished number or literal as Python writes its value; Broken for an
+        integer of more digits than Python converts (as parse_tool_calls refuses it)."""
+        try:
+            value = json.loads(self._token)
+        except ValueError as exc:
+            raise Broken(self._token) from exc
+        self.out.append(json.dumps(value))
         self._token = ""
         self._ended()
 
@@ -277,7 +282,7 @@ class CallObject:
         elif self._role == "string-arguments":
             try:
                 arguments = json.loads(json.loads(self._member.take()))
-            except (json.JSONDecodeError, RecursionError) as exc:
+            except (ValueError, RecursionError) as exc:
                 raise Broken("arguments") from exc
             if not isinstance(arguments, dict):
                 raise Broken("arguments")

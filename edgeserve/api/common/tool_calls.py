@@ -195,14 +195,17 @@ _INVALID: Final = _Invalid()
 
 
 def _raw_decode(text: str, position: int) -> tuple[Any, int] | None:
+    """The JSON value at `position` and where it ends; None for text that is not JSON, nests
+    too deeply, or holds an integer of more digits than Python converts (a ValueError)."""
     try:
         return _DECODER.raw_decode(text, position)
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):
         return None
 
 
 def _loads(text: str) -> Any:
+    """`text` as JSON; _INVALID where `_raw_decode` gives None."""
     try:
         return json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):
         return _INVALID
