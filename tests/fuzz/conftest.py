@@ -1,7 +1,7 @@
-"""Fuzz fixtures: one real server process for the HTTP fuzzing, with the tiny vision projector
-(so images reach the image decoder and the projector), runtime LoRA on (so its endpoints
-parse bodies), and a small context (so a body that asks for as many tokens as fit is answered
-in seconds)."""
+"""Fuzz fixtures: one real server process for the HTTP fuzzing, with the tiny projector's
+vision and audio encoders (so images and audio reach their decoders and the projector),
+runtime LoRA on (so its endpoints parse bodies), and a small context (so a body that asks for
+as many tokens as fit is answered in seconds)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def fuzz_server(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> I
 
     folder = tmp_path_factory.mktemp("fuzz-server")
     projector = folder / "tiny-mmproj.gguf"
-    write_tiny_projector(projector, seed=0)
+    write_tiny_projector(projector, seed=0, audio=True)
     server = FuzzServer(
         model_path,
         folder / "server.log",

@@ -1,7 +1,8 @@
 """Fuzzing the whole server over HTTP: a real `edgeserve serve` process (tests/fuzz/conftest.py)
 gets mutated bodies of every endpoint, JSON schemas as response formats and tool parameters
 (compiled into llama.cpp grammars and sampled from), damaged images in every API's image
-field, and odd methods, paths and headers. No request may get a 5xx, a response that is not
+field, damaged audio files in chat's audio items (the server's projector hears too), and odd
+methods, paths and headers. No request may get a 5xx, a response that is not
 JSON (or a stream whose events are not), or no answer; the log may show no traceback or
 unhandled error; and the process must stay alive."""
 
@@ -21,6 +22,7 @@ from tests.fuzz.json_strategies import corrupted, documents, pick, to_json
 from tests.fuzz.sample_images import sample_images
 from tests.fuzz.schema_strategies import schemas
 from tests.fuzz.server import Answer, FuzzServer
+from tests.unit.test_audio_header import audio_like
 
 pytestmark = pytest.mark.needs_model
 
@@ -145,6 +147,26 @@ def image_requests(draw: st.DrawFn) -> tuple[str, str, bytes, dict[str, str]]:
 
 
 @st.composite
+def audio_requests(draw: st.DrawFn) -> tuple[str, str, bytes, dict[str, str]]:
+    """A damaged audio file (or one as it is, WAV, MP3 or FLAC) as chat's input_audio item or
+    audio data URI: whatever passes the header check reaches llama.cpp's decoder."""
+    encoded = base64.b64encode(draw(audio_like())).decode()
+    if draw(st.booleans()):
+        fmt = draw(st.sampled_from(["wav", "mp3"]))
+        item: dict[str, Any] = {
+            "type": "input_audio",
+            "input_audio": {"data": encoded, "format": fmt},
+        }
+    else:
+        mime = draw(st.sampled_from(["wav", "mpeg", "flac"]))
+        item = {"type": "audio_url", "audio_url": {"url": f"data:audio/{mime};base64,{encoded}"}}
+    content = [{"type": "text", "text": "what?"}, item]
+    body = {"model": "m", "messages": [{"role": "user", "content": content}], "max_tokens": 1}
+    headers = {"Content-Type": "application/json"}
+    return "POST", "/v1/chat/completions", json.dumps(body).encode(), headers
+
+
+@st.composite
 def odd_requests(draw: st.DrawFn) -> tuple[str, str, bytes, dict[str, str]]:
     """Other methods and paths, and odd headers on a known path."""
     path = draw(st.sampled_from(OTHER_PATHS + sorted(BODIES)))
@@ -171,7 +193,12 @@ def odd_requests(draw: st.DrawFn) -> tuple[str, str, bytes, dict[str, str]]:
 
 
 requests = st.one_of(
-    mutated_requests(), mutated_requests(), schema_requests(), image_requests(), odd_requests()
+    mutated_requests(),
+    mutated_requests(),
+    schema_requests(),
+    image_requests(),
+    audio_requests(),
+    odd_requests(),
 )
 
 

@@ -93,7 +93,7 @@ def test_data_uris_pass_or_get_a_client_error(
         allow_local_files=False, media_kinds=frozenset({"image"} if images_taken else ())
     )
     try:
-        asyncio.run(flatten([item], 0, limits, []))
+        asyncio.run(flatten([item], 0, limits, [], lookups=True))
     except ApiError as err:
         assert 400 <= err.status < 500, err
 

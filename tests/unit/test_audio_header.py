@@ -7,7 +7,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from edgeserve.engine.audio import (
@@ -25,6 +25,7 @@ from tests.fixtures.audio_files import (
     wav_header_lying,
 )
 from tests.fixtures.tiny_projector import wav_bytes
+from tests.fuzz.budget import fuzz_settings
 
 # The tiny Qwen2-Audio projector's measure: 1500 positions for 30 s of silence.
 WHISPER = AudioInput(16000, 50.0)
@@ -193,7 +194,7 @@ def audio_like(draw: st.DrawFn) -> bytes:
     return mutated(base, edits, draw(st.sampled_from([0, 0, 1, 3, 12, 100])))
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@fuzz_settings(500)
 @given(audio_like())
 def test_the_header_reader_refuses_or_bounds_the_length_by_the_file_size(data: bytes) -> None:
     try:

@@ -362,3 +362,26 @@ def test_schema_422() -> None:
         parse_responses_request({"model": "m"})
     assert caught.value.status == 422
     assert caught.value.detail[0]["loc"] == ["body", "input"]
+
+
+LONE = "\ud800"
+
+
+@pytest.mark.parametrize(
+    ("fields", "where"),
+    [
+        # a lone surrogate in a schema the response repeats (found by tests/fuzz: the stream's
+        # response.created event could not be encoded, a traceback and a cut-off stream)
+        (
+            {"text": {"format": {"type": "json_schema", "name": "s", "schema": {"enum": [LONE]}}}},
+            "text",
+        ),
+        ({"metadata": {"note": LONE}}, "metadata"),
+        ({"tools": [{**WEATHER, "description": LONE}]}, "tools"),
+    ],
+)
+async def test_fields_the_response_repeats_must_be_encodable(fields, where, limits):
+    with pytest.raises(errors.ApiError) as caught:
+        await prepare_responses(parse_responses_request(body(**fields)), limits)
+    assert caught.value.status == 400
+    assert caught.value.detail == Detail.BAD_UNICODE.format(where=where)

@@ -27,12 +27,16 @@ from edgeserve.api.openai_responses.wire import (
     TextConfig,
 )
 from edgeserve.api.reference.detail import Detail
-from edgeserve.api.reference.limits import Limits, bad
+from edgeserve.api.reference.limits import Limits, bad, check_unicode_values
 from edgeserve.api.reference.request import parse_body
 from edgeserve.engine.types import GenerationRequest
 
 Content = str | list[MultimodalInputItem]
 """A chat message's content: one text, or items when it has images."""
+
+
+# The request's fields the response object repeats (render.py `_response`).
+_REPEATED = frozenset({"model", "instructions", "tools", "tool_choice", "text", "metadata"})
 
 
 def parse_responses_request(body: Any) -> ResponsesRequest:
@@ -51,7 +55,8 @@ class ResponsesWork:
 
 async def prepare_responses(req: ResponsesRequest, limits: Limits) -> ResponsesWork:
     """Responses' own checks, in field order (stateless fields, max_output_tokens, input items,
-    tools, tool_choice, text.format), then every chat check on the translated request."""
+    tools, tool_choice, text.format), then every chat check on the translated request, then
+    that the fields the response repeats can be encoded (no lone surrogate)."""
     for name, value in (
         ("previous_response_id", req.previous_response_id is not None),
         ("store", req.store),
@@ -72,7 +77,9 @@ async def prepare_responses(req: ResponsesRequest, limits: Limits) -> ResponsesW
         stream=req.stream,
         user=req.user,
     )
-    return ResponsesWork(chat=chat, generation=await prepare_chat(chat, limits))
+    generation = await prepare_chat(chat, limits)
+    check_unicode_values(req.model_dump(mode="json", include=_REPEATED).items())
+    return ResponsesWork(chat=chat, generation=generation)
 
 
 def _chat_messages(req: ResponsesRequest) -> list[ChatMessage]:

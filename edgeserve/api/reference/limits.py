@@ -4,9 +4,11 @@ embeddings."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from edgeserve import errors
 from edgeserve.api.reference.detail import Detail
@@ -87,6 +89,14 @@ def check_unicode(texts: Iterable[tuple[str, str | None]]) -> None:
     """400 for text the tokenizer and the response encoder cannot take (lone surrogates)."""
     for where, text in texts:
         if text is not None and not _is_encodable(text):
+            raise bad(Detail.BAD_UNICODE.format(where=where))
+
+
+def check_unicode_values(values: Iterable[tuple[str, Any]]) -> None:
+    """400 for JSON values (strings and keys at any depth) that hold a lone surrogate: the
+    fields a response repeats to the client, whose encoder cannot take them."""
+    for where, value in values:
+        if not _is_encodable(json.dumps(value, ensure_ascii=False)):
             raise bad(Detail.BAD_UNICODE.format(where=where))
 
 
