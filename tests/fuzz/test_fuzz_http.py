@@ -232,7 +232,7 @@ def assert_sound(answer: Answer, method: str) -> None:
             assert "detail" in value or value.get("type") == "error", value
 
 
-@fuzz_settings(250)
+@fuzz_settings(150)
 @given(request=requests)
 def test_no_request_gets_a_server_error_or_kills_the_server(
     fuzz_server: FuzzServer, request: tuple[str, str, bytes, dict[str, str]]
