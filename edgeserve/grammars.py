@@ -126,13 +126,19 @@ class _Converter(SchemaConverter):
     def _visit_pattern(self, pattern: str, name: str) -> str:
         """GrammarError for a regex escape that the converter copies into the grammar as it
         is but GBNF does not have (`\\d`, `\\.`, `\\-`, ...): llama.cpp would refuse the
-        whole grammar."""
+        whole grammar; and for a `]` or `}` that closes nothing, on which the converter loops
+        forever."""
         for match in _PATTERN_ESCAPE.finditer(pattern):
             if match.group(1) not in _PATTERN_ESCAPES_KEPT:
                 raise GrammarError(
                     f"the escape {match.group(0)} in its pattern is not supported; write a "
                     "character class instead ([0-9] for \\d, [.] for \\., ...)"
                 )
+        stray = _stray_closer(pattern)
+        if stray:
+            raise GrammarError(
+                f"its pattern has a {stray} that closes nothing; escape it (\\{stray})"
+            )
         return super()._visit_pattern(pattern, name)
 
     def _format_literal(self, literal: str) -> str:
@@ -215,6 +221,26 @@ def _class_ranges(body: str) -> list[tuple[int, int]]:
             ranges.append((low, low))
             index += 1
     return ranges
+
+
+def _stray_closer(pattern: str) -> str | None:
+    """The first `]` or `}` of `pattern` outside a character class, a `{m,n}` bound and an
+    escape, read as the converter reads them; None when there is none."""
+    position = 0
+    while position < len(pattern):
+        char = pattern[position]
+        if char == "\\":
+            position += 2
+            continue
+        if char in "]}":
+            return char
+        if char in "[{":
+            closer = "]" if char == "[" else "}"
+            position += 1
+            while position < len(pattern) and pattern[position] != closer:
+                position += 2 if char == "[" and pattern[position] == "\\" else 1
+        position += 1
+    return None
 
 
 def _call_grammar(name: str, parameters: Mapping[str, Any]) -> str:

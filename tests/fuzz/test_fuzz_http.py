@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import event, given
+from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 from tests.fuzz.bodies import BODIES
@@ -232,8 +232,27 @@ def assert_sound(answer: Answer, method: str) -> None:
             assert "detail" in value or value.get("type") == "error", value
 
 
+STRAY_BRACKET = {
+    "model": "m",
+    "messages": [{"role": "user", "content": "x"}],
+    "max_tokens": 2,
+    "response_format": {
+        "type": "json_schema",
+        "json_schema": {"name": "s", "schema": {"type": "string", "pattern": "^a]$"}},
+    },
+}
+
+
 @fuzz_settings(150)
 @given(request=requests)
+@example(  # the converter looped forever on a stray ]: no answer, and the server could not stop
+    request=(
+        "POST",
+        "/v1/chat/completions",
+        json.dumps(STRAY_BRACKET).encode(),
+        {"Content-Type": "application/json"},
+    )
+)
 def test_no_request_gets_a_server_error_or_kills_the_server(
     fuzz_server: FuzzServer, request: tuple[str, str, bytes, dict[str, str]]
 ) -> None:

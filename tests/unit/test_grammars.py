@@ -156,6 +156,16 @@ REFUSED = [
         "([0-9] for \\d, [.] for \\., ...)",
     ),
     (
+        "a ] that closes nothing in a pattern (the converter looped on it forever)",
+        {"type": "string", "pattern": "^a]$"},
+        "its pattern has a ] that closes nothing; escape it (\\])",
+    ),
+    (
+        "a } that closes nothing in a pattern",
+        {"type": "string", "pattern": "^a{2}}$"},
+        "its pattern has a } that closes nothing; escape it (\\})",
+    ),
+    (
         "a code point past U+10FFFF",
         {"type": "string", "pattern": "^\\U00110000$"},
         "it needs a character that no token can produce (U+0000, a UTF-16 surrogate or one "
@@ -164,6 +174,7 @@ REFUSED = [
 ]
 
 
+@pytest.mark.timeout(30)  # a refusal is immediate; the converter once looped forever on some
 @pytest.mark.parametrize(
     ("schema", "message"), [c[1:] for c in REFUSED], ids=[c[0] for c in REFUSED]
 )
