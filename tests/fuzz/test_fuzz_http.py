@@ -218,6 +218,9 @@ STRAY_BRACKET = {
 
 @fuzz_settings(250)
 @given(request=requests)
+@example(
+    request=("POST", "/v1/chat/completions", b"[" * 100_000, {"Content-Type": "application/json"})
+)
 @example(  # the converter looped forever on a stray ]: no answer, and the server could not stop
     request=(
         "POST",
