@@ -1,7 +1,7 @@
 """Fuzz fixtures: one real server process for the HTTP fuzzing, with the tiny projector's
 vision and audio encoders (so images and audio reach their decoders and the projector),
-runtime LoRA on (so its endpoints parse bodies), and a small context (so a body that asks for
-as many tokens as fit is answered in seconds)."""
+runtime LoRA on (so its endpoints parse bodies), and a small context and token cap (so that
+every answer takes a moment)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,8 @@ def fuzz_server(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> I
         "2",
         "--max-n",
         "2",
+        "--max-tokens-cap",
+        "16",
     )
     try:
         server.wait_ready()

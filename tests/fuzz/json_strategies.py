@@ -368,11 +368,6 @@ def corrupted(draw: st.DrawFn, data: bytes) -> bytes:
     return data[:end] + data[position:end] + data[end:]
 
 
-def documents(examples: list[Any]) -> st.SearchStrategy[bytes]:
-    """Request bodies: mutated examples as JSON text, sometimes with corrupted bytes."""
-    return mutated(examples).map(lambda doc: to_json(doc).encode()).flatmap(corrupted)
-
-
 _UNDECODABLE = object()
 
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from tests.fuzz.bodies import BODIES
 from tests.fuzz.budget import fuzz_settings
-from tests.fuzz.json_strategies import corrupted, documents, pick, to_json
+from tests.fuzz.json_strategies import corrupted, mutated, pick, to_json
 from tests.fuzz.sample_images import sample_images
 from tests.fuzz.schema_strategies import schemas
 from tests.fuzz.server import Answer, FuzzServer
@@ -35,6 +35,12 @@ CONTENT_TYPES = [
     "",
 ]
 MIME_BY_SEED = {"png": "png", "jpeg": "jpeg", "gif": "gif", "bmp": "bmp", "webp": "webp"}
+TOKEN_LIMITS = {
+    "/v1/chat/completions": "max_tokens",
+    "/v1/completions": "max_tokens",
+    "/v1/responses": "max_output_tokens",
+    "/v1/messages": "max_tokens",
+}
 OTHER_PATHS = [
     "/",
     "/health",
@@ -50,8 +56,15 @@ OTHER_PATHS = [
 
 @st.composite
 def mutated_requests(draw: st.DrawFn) -> tuple[str, str, bytes, dict[str, str]]:
+    """A mutated valid body, sometimes with its bytes corrupted. A generating body whose
+    mutations dropped its token limit gets one back: without it the answer fills the context
+    (8 s a request here); with a larger one the server refuses it (--max-tokens-cap)."""
     path = draw(st.sampled_from(sorted(BODIES)))
-    body = draw(documents(BODIES[path]))
+    doc = draw(mutated(BODIES[path]))
+    field = TOKEN_LIMITS.get(path)
+    if field and isinstance(doc, dict) and field not in doc and "max_completion_tokens" not in doc:
+        doc[field] = 4
+    body = draw(corrupted(to_json(doc).encode()))
     content_type = draw(st.sampled_from(CONTENT_TYPES[:2] * 4 + CONTENT_TYPES))
     return "POST", path, body, {"Content-Type": content_type} if content_type else {}
 
@@ -243,8 +256,11 @@ STRAY_BRACKET = {
 }
 
 
-@fuzz_settings(150)
+@fuzz_settings(300)
 @given(request=requests)
+@example(
+    request=("POST", "/v1/chat/completions", b"[" * 100_000, {"Content-Type": "application/json"})
+)
 @example(  # the converter looped forever on a stray ]: no answer, and the server could not stop
     request=(
         "POST",
