@@ -23,6 +23,9 @@ read from the engine at scrape time:
     edgeserve_slots, edgeserve_kv_cache_size_tokens, edgeserve_model_loaded, edgeserve_draining
     edgeserve_step_{fixed,row,prompt_token}_seconds   what a step costs, as the engine measured
                                                     it (prefill budget, speculation)
+    edgeserve_engine_steps_total                    decodes run by the engine thread
+    edgeserve_engine_phase_seconds_total{phase}     the engine thread's time in each phase of
+                                                    its steps (engine/step_clock.py)
 
 Observations come from one place, the request-context middleware, once per finished request.
 """
@@ -197,6 +200,15 @@ def _engine_work(stats: EngineStats) -> Iterator[Metric]:
         "Measured cost of one prompt token in a step (0 until measured)",
         stats.step_prompt_token_seconds,
     )
+    yield _counter("edgeserve_engine_steps", "Decodes run by the engine thread", stats.engine_steps)
+    phases = CounterMetricFamily(
+        "edgeserve_engine_phase_seconds",
+        "The engine thread's time in each phase of its steps (decode: inside llama_decode)",
+        labels=["phase"],
+    )
+    for phase, seconds in stats.phase_seconds:
+        phases.add_metric([phase], seconds)
+    yield phases
 
 
 def _engine_capacity(stats: EngineStats) -> Iterator[Metric]:

@@ -54,11 +54,17 @@ class Penalties:
         self._recent.append(token)
         self._counts[token] += 1
 
+    def counted(self) -> np.ndarray | None:
+        """The ids `apply` changes (None when it changes none)."""
+        if not self._counts:
+            return None
+        return np.fromiter(self._counts.keys(), dtype=np.int64, count=len(self._counts))
+
     def apply(self, logits: np.ndarray) -> None:
         """Penalise the counted tokens of `logits` in place."""
-        if not self._counts:
+        ids = self.counted()
+        if ids is None:
             return
-        ids = np.fromiter(self._counts.keys(), dtype=np.int64, count=len(self._counts))
         counts = np.fromiter(self._counts.values(), dtype=np.float32, count=len(self._counts))
         values = logits[ids]
         values = np.where(values <= 0, values * self.repeat, values / self.repeat)
@@ -78,7 +84,7 @@ class RowSampler:
         self.greedy = params.greedy
         self.temperature = params.temperature
         self._rng = rng
-        self._scratch = np.empty(0, dtype=np.float32)
+        self._inside = np.empty(0, dtype=bool)
 
     @staticmethod
     def handles(params: SamplingParams) -> bool:
@@ -93,31 +99,44 @@ class RowSampler:
         return token
 
     def choose(self, row: np.ndarray) -> int:
-        """A token drawn from a raw logit row (read, never written), not yet counted."""
-        logits = self._adjusted(row)
-        return int(np.argmax(logits)) if self.greedy else self._draw(logits)
+        """A token drawn from a raw logit row, not yet counted. Logit bias and penalties are
+        applied to their own few ids of the row in place and undone before it returns (a
+        copy of the row would be a pass over the whole vocabulary), so the row reads the same
+        afterwards."""
+        touched = self._touched()
+        if touched is None:
+            return self._pick(row)
+        saved = row[touched]
+        try:
+            row[self._bias_ids] += self._bias_values
+            self.penalties.apply(row)
+            return self._pick(row)
+        finally:
+            row[touched] = saved
 
     def accept(self, token: int) -> None:
         """Count a token generated after `choose` (or chosen elsewhere) for the penalties."""
         self.penalties.accept(token)
 
-    def _adjusted(self, row: np.ndarray) -> np.ndarray:
-        """`row` after logit bias and penalties: the row itself when neither changes it."""
-        if not self._bias_ids.size and not self.penalties.active:
-            return row
-        if self._scratch.size != row.size:
-            self._scratch = np.empty(row.size, dtype=np.float32)
-        np.copyto(self._scratch, row)
-        self._scratch[self._bias_ids] += self._bias_values
-        self.penalties.apply(self._scratch)
-        return self._scratch
+    def _touched(self) -> np.ndarray | None:
+        """The ids logit bias and penalties change (None when they change none)."""
+        counted = self.penalties.counted()
+        if counted is None:
+            return self._bias_ids if self._bias_ids.size else None
+        return np.concatenate((self._bias_ids, counted)) if self._bias_ids.size else counted
+
+    def _pick(self, logits: np.ndarray) -> int:
+        return int(np.argmax(logits)) if self.greedy else self._draw(logits)
 
     def _draw(self, logits: np.ndarray) -> int:
         """A token with probability softmax(logits / T), by the head and its envelope."""
         best = float(logits.max())
-        inside = logits >= best - HEAD_GAP * self.temperature
+        if self._inside.size != logits.size:
+            self._inside = np.empty(logits.size, dtype=bool)
+        inside = np.greater_equal(logits, best - HEAD_GAP * self.temperature, out=self._inside)
         head = np.flatnonzero(inside)
-        cumulative = np.cumsum(self._weights(logits[head], best), dtype=np.float64)
+        weights = self._weights(logits[head], best)
+        cumulative = np.cumsum(weights, out=weights)
         mass = float(cumulative[-1])
         envelope = (logits.size - head.size) * math.exp(-HEAD_GAP)
         u = self._rng.random() * (mass + envelope)
@@ -131,8 +150,11 @@ class RowSampler:
         return _find(cumulative, self._rng.random() * float(cumulative[-1]))
 
     def _weights(self, logits: np.ndarray, best: float) -> np.ndarray:
-        """exp((logit - best) / T), in float64."""
-        return np.exp((logits.astype(np.float64) - best) / self.temperature)
+        """exp((logit - best) / T), in float64 (a new array, worked on in place)."""
+        weights = logits.astype(np.float64)
+        weights -= best
+        weights /= self.temperature
+        return np.exp(weights, out=weights)
 
 
 def _find(cumulative: np.ndarray, u: float) -> int:

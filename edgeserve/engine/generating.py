@@ -52,6 +52,7 @@ class Generating:
         must (a decode that raised or returned anything but 0 or 1)."""
         started = time.perf_counter()
         rc = self._decode(self.backend.decode)
+        self.state.clock.lap("decode")
         if rc == 1:
             return None
         if rc != 0:
@@ -59,7 +60,9 @@ class Generating:
         self.scheduler.planner.step_cost.record(
             plan.logit_rows + plan.ending_prompts, time.perf_counter() - started, plan.prompt_tokens
         )
-        for row, job, choice, draft in self.scheduler.commit(plan):
+        rows = self.scheduler.commit(plan)
+        self.state.clock.lap("plan")
+        for row, job, choice, draft in rows:
             if job.state.ended or choice.done:
                 continue
             try:
@@ -79,6 +82,7 @@ class Generating:
         rc = self._decode(
             lambda: self.backend.decode_media(seq, span.start, span.embeddings, span.non_causal)
         )
+        self.state.clock.lap("decode")
         if rc == 1:
             return None
         if rc != 0:
@@ -138,8 +142,11 @@ class Generating:
     def _on_sampled(self, job: Job, choice: Choice, token: int | None, row: int) -> None:
         """`_on_token` for a token sampled in place from batch row `row` (read for log-probs
         when asked)."""
+        clock = self.state.clock
+        clock.lap("sample")
         wanted = job.request.params.logprobs is not None
         self._on_token(job, choice, token, self.backend.logit_row(row) if wanted else None)
+        clock.lap("account")
 
     def arrived(self) -> bool:
         """True when a detached sample has arrived (there is work for the thread)."""

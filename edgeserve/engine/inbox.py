@@ -162,12 +162,15 @@ class Inbox:
             idle()
 
     def linger(self, quiet: float, most: float) -> None:
-        """Wait until requests stop arriving, so that a burst reaches the inbox before the
-        first step: until none is on a prepare thread and none began or ended preparing or
-        was put for `quiet` seconds, and at most `most` seconds (unless the thread is told
-        to end)."""
+        """While another request is on its way in (on a prepare thread), wait until requests
+        stop arriving, so that a burst reaches the inbox before the first step: until none is
+        on a prepare thread and none began or ended preparing or was put for `quiet` seconds,
+        and at most `most` seconds (unless the thread is told to end). With none on its way,
+        return at once: a lone request is not held."""
         deadline = time.monotonic() + most
         with self._cond:
+            if not self._preparing:
+                return
             while self._running:
                 now = time.monotonic()
                 settled = deadline if self._preparing else self._arrived + quiet

@@ -11,6 +11,7 @@ from edgeserve.engine.jobs import AnyJob
 from edgeserve.engine.policy import Scheduler
 from edgeserve.engine.ports import Backend
 from edgeserve.engine.scoring import LogSoftmax
+from edgeserve.engine.step_clock import StepClock
 from edgeserve.engine.types import EngineConfig
 from edgeserve.errors import EngineError, EngineFault
 
@@ -47,6 +48,7 @@ class Loaded:
         self.softmax = LogSoftmax(backend.n_vocab)
         self.outbox = Outbox()
         self.tally = Tally()
+        self.clock = StepClock()
 
     def emit(self, job: AnyJob, event: object) -> None:
         """Queue an event for `job`'s request (delivered at the end of the step)."""

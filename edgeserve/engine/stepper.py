@@ -73,6 +73,8 @@ class Stepper:
         """One step (see the module docstring). Never blocks."""
         state = self.state
         scheduler = state.scheduler
+        clock = state.clock
+        clock.begin()
         jobs, cancels = self.inbox.take()
         for job in jobs:
             scheduler.enqueue(job)
@@ -90,24 +92,37 @@ class Stepper:
         self.generating.collect()
         for job, exc in scheduler.admit(self.generating.open_choices):
             state.fail(job, exc)
-        # Checked before the decode too: a reused prefix must be whole before anything
-        # attends to it.
-        broken = self._broken_invariant()
+        clock.lap("intake")
+        # Checked before the decode too when anything came in (a reused prefix must be whole
+        # before anything attends to it); otherwise the last step's check still holds.
+        changed = bool(jobs or cancels or scheduler.waiting)
+        broken = self._broken_invariant() if changed else None
         plan = None if broken else scheduler.plan(state.backend.batch)
         if plan is not None:
             state.backend.use_adapters(plan.adapters)
+        clock.lap("plan")
+        # The events of the last step leave now, just before the decode: the event loops
+        # render and send them while llama_decode runs without the GIL, instead of holding
+        # it while this thread still needs it.
+        state.outbox.flush()
         if isinstance(plan, ScorePlan):
             self.scoring.score(plan)
+            clock.lap("decode")
         elif isinstance(plan, EmbedPlan):
             self.scoring.embed(plan)
+            clock.lap("decode")
         elif isinstance(plan, MediaPlan):
             broken = self.generating.run_media(plan) or self._broken_invariant()
         elif plan is not None:
             broken = self.generating.run(plan) or self._broken_invariant()
+        clock.lap("plan")
         if broken is not None:
             self.restart(broken)
         self.inbox.set_queued(len(scheduler.waiting))
-        self._deliver()
+        self.snapshot = self._stats()
+        if not self.has_work():  # no step follows at once: the events leave now
+            state.outbox.flush()
+        clock.lap("deliver")
 
     def load_adapter(self, name: str, path: str) -> Adapter:
         """Load a LoRA adapter as `name` from `path` (a call from the inbox): AdapterRefused
@@ -197,4 +212,5 @@ class Stepper:
             step_fixed_seconds=cost.fixed_seconds(),
             step_row_seconds=cost.row_seconds(),
             step_prompt_token_seconds=cost.token_seconds() or 0.0,
+            phase_seconds=self.state.clock.totals(),
         )

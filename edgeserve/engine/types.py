@@ -282,3 +282,5 @@ class EngineStats:
     step_fixed_seconds: float = 0.0
     step_row_seconds: float = 0.0
     step_prompt_token_seconds: float = 0.0
+    # Seconds the engine thread spent in each phase of its steps (step_clock.py).
+    phase_seconds: tuple[tuple[str, float], ...] = ()

@@ -7,8 +7,9 @@ scheduler's steps; `Engine` is its facade for every other thread.
   engine thread.
 - `submit` and `cancel` (any thread) only append to the inbox (inbox.py); the thread takes
   both at the start of each step (stepper.py). With no live work it waits on the inbox: it
-  never spins. An idle engine that gets a request waits until requests stop arriving
-  (`BURST_WINDOW_S` without one, at most `BURST_MOST_S`) so a burst shares its first step.
+  never spins. An idle engine that gets a request while others are still being prepared
+  waits until requests stop arriving (`BURST_WINDOW_S` without one, at most `BURST_MOST_S`)
+  so a burst shares its first step; a lone request starts at once.
   Idle housekeeping (freeing the scoring and embeddings contexts, handing the logit rows'
   pages back) runs outside the inbox's lock.
 - Grammar-constrained sampling runs on grammar threads (generating.py), so a slow grammar

@@ -203,8 +203,34 @@ def test_the_adjustments_match_the_native_chain(case):
     same logits (divided by T) as RowSampler draws from."""
     params, history, row = case_of(case)
     sampler = primed(params, history, 0)
-    ours = sampler._adjusted(row) / np.float32(params.temperature)
+    ours = adjusted_logits(sampler, row) / np.float32(params.temperature)
     np.testing.assert_allclose(ours, native_chain_logits(params, history, row), rtol=1e-5)
+
+
+def adjusted_logits(sampler: RowSampler, row: np.ndarray) -> np.ndarray:
+    """The logits `sampler` draws from for `row` (bias and penalties applied in place by
+    `choose`); `row` must read the same afterwards."""
+    seen: list[np.ndarray] = []
+
+    def pick(logits: np.ndarray) -> int:
+        seen.append(logits.copy())
+        return 0
+
+    before = row.copy()
+    sampler._pick = pick  # type: ignore[method-assign]
+    sampler.choose(row)
+    np.testing.assert_array_equal(row, before)  # undone: the row is llama.cpp's buffer
+    return seen[0]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_choose_leaves_the_row_as_it_found_it(case):
+    params, history, row = case_of(case)
+    sampler = primed(params, history, 0)
+    before = row.copy()
+    for _ in range(5):
+        sampler.sample(row)
+    np.testing.assert_array_equal(row, before)
 
 
 def sampler_tokens(

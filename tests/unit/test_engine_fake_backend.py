@@ -517,22 +517,51 @@ def threaded_engine(**config) -> Iterator[Engine]:
 
 
 def test_the_burst_window_puts_simultaneous_requests_in_one_first_step(monkeypatch):
-    # Requests 20 ms apart (a burst, slowed down so that a loaded machine cannot blur it) reach
-    # an idle engine whose window is 200 ms: all three share the first step.
+    # Requests 20 ms apart (a burst, slowed down so that a loaded machine cannot blur it), each
+    # on its way through a prepare thread, reach an idle engine whose window is 200 ms: all
+    # three share the first step.
     monkeypatch.setattr(worker, "BURST_WINDOW_S", 0.2)
     with threaded_engine() as engine:
         events: list = []
         sink = Sink(InlineLoop(), events.append)
-        for prompt in ("aaa", "bbb", "ccc"):
-            request = GenerationRequest(prompt, SamplingParams(max_tokens=2, temperature=0))
-            engine.submit(request, engine.prepare(request), sink)
-            time.sleep(0.02)
+        requests = [
+            GenerationRequest(prompt, SamplingParams(max_tokens=2, temperature=0))
+            for prompt in ("aaa", "bbb", "ccc")
+        ]
+
+        def prepare_after(request: GenerationRequest, delay: float) -> Prompt:
+            time.sleep(delay)
+            return engine.prepare(request)
+
+        preparing = [
+            engine.on_prepare_thread(prepare_after, request, 0.02 * i)
+            for i, request in enumerate(requests)
+        ]
+        for request, prompt in zip(requests, preparing, strict=True):
+            engine.submit(request, prompt.result(5), sink)
         for _ in range(200):
             if sum(isinstance(e, Finished) for e in events) == 3:
                 break
             time.sleep(0.01)
         first = engine.backend.decodes[0]  # type: ignore[union-attr]
         assert {seq for _, _, seq, _ in first} == {0, 1, 2}
+
+
+def test_a_lone_request_on_an_idle_engine_is_not_held_by_the_burst_window(monkeypatch):
+    # Nothing else is on its way in: the first step starts at once, not after the window
+    # (30 s here: the old rule held every first request for at least the window).
+    monkeypatch.setattr(worker, "BURST_WINDOW_S", 30.0)
+    monkeypatch.setattr(worker, "BURST_MOST_S", 30.0)
+    with threaded_engine() as engine:
+        done = threading.Event()
+        request = GenerationRequest("aaa", SamplingParams(max_tokens=2, temperature=0))
+
+        def put(event: object) -> None:
+            if isinstance(event, Finished):
+                done.set()
+
+        engine.submit(request, engine.prepare(request), Sink(InlineLoop(), put))
+        assert done.wait(10), "a lone request waited for the burst window"
 
 
 def _first_step_of_a_burst(monkeypatch, quiet: float, most: float, prepare_s: float) -> set:

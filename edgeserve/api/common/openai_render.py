@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +21,26 @@ def sse_event(payload: dict[str, Any] | str) -> bytes:
     """One SSE data event; a str payload (such as "[DONE]") is sent verbatim."""
     data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
     return f"data: {data}\n\n".encode()
+
+
+class TextEvent:
+    """The SSE event of one streamed answer whose only varying part is a JSON string (a content
+    delta): rendered once through `render` around a marker, then made per token by splicing
+    the JSON-encoded text between the two halves. Byte for byte what `render(text)` gives (the
+    chunk's JSON encodes a string the same wherever it sits), without building and dumping
+    the chunk's models for every token."""
+
+    def __init__(self, render: Callable[[str], bytes]) -> None:
+        marker = f"edgeserve-text-{uuid.uuid4().hex}"
+        head, found, tail = render(marker).partition(json.dumps(marker).encode())
+        if not found or marker.encode() in tail:
+            raise ValueError("the rendered event must hold the text exactly once")
+        self._head = head
+        self._tail = tail
+
+    def __call__(self, text: str) -> bytes:
+        """The event carrying `text`."""
+        return b"".join((self._head, json.dumps(text, ensure_ascii=False).encode(), self._tail))
 
 
 def ping_comment(now: datetime) -> bytes:

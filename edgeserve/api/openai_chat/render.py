@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from edgeserve.api.common.generating_api import ChoiceAnswer, ChoiceEnd, TokenUsage
 from edgeserve.api.common.logprobs import AlignedLogprob, LogprobAligner
 from edgeserve.api.common.openai_render import (
+    TextEvent,
     build_usage,
     new_tool_call_id,
     openai_stream_end,
@@ -233,6 +234,11 @@ class ChatRenderer:
         self._created = int(time.time())
         self._include_usage = include_usage
         self._logprobs = logprobs
+        self._content = TextEvent(
+            lambda text: _delta_chunk(
+                self._id, self._model, self._created, ChatCompletionDelta(content=text)
+            )
+        )
 
     def aligner(self) -> LogprobAligner:
         """Entries of text-less trailing tokens are dropped, as OpenAI drops them."""
@@ -260,6 +266,8 @@ class ChatRenderer:
         self, index: int, pieces: Sequence[Piece], logprobs: list[AlignedLogprob] | None
     ) -> list[bytes]:
         """A chunk per piece; the log-probabilities ride on the first."""
+        if logprobs is None and all(type(piece) is Content for piece in pieces):
+            return [self._content(piece.text) for piece in pieces]  # the common chunk, fast
         return piece_chunks(self._id, self._model, self._created, pieces, logprobs)
 
     def finish(self, end: ChoiceEnd, usage: TokenUsage) -> list[bytes]:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from edgeserve.api.common.generating_api import ChoiceAnswer, ChoiceEnd, TokenUsage
 from edgeserve.api.common.logprobs import AlignedLogprob, LogprobAligner
 from edgeserve.api.common.openai_render import (
+    TextEvent,
     build_usage,
     openai_stream_end,
     openai_stream_failure,
@@ -144,6 +145,7 @@ class CompletionsRenderer:
         self._include_usage = include_usage
         self._logprobs = logprobs
         self._echoed = echoed
+        self._text_events: dict[int, TextEvent] = {}
 
     def _lead(self, index: int) -> str:
         return self._leads[index // self._n]
@@ -200,7 +202,19 @@ class CompletionsRenderer:
         if not pieces:
             return []
         text = "".join(piece.text for piece in pieces if isinstance(piece, Content))
+        if logprobs is None:  # the common chunk, fast
+            return [self._text_event(index)(text)]
         return [completion_chunk(self._id, self._model, self._created, index, text, None, logprobs)]
+
+    def _text_event(self, index: int) -> TextEvent:
+        """Choice `index`'s text chunk without log-probabilities (made on its first use)."""
+        event = self._text_events.get(index)
+        if event is None:
+            event = TextEvent(
+                lambda text: completion_chunk(self._id, self._model, self._created, index, text)
+            )
+            self._text_events[index] = event
+        return event
 
     def finish(self, end: ChoiceEnd, usage: TokenUsage) -> list[bytes]:
         """The choice's last chunk: no text, its finish reason, the entries left."""
