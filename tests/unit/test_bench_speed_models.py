@@ -236,3 +236,20 @@ async def test_a_long_prompt_bans_the_model_s_eog_ids_and_asks_for_few_tokens(ai
     summary = long_prompt.summarize({2000: [got, got]})
     assert summary["2000"]["ttft_ms"] == [got.ttft * 1000.0] * 2
     assert (summary["2000"]["prompt_tokens"], summary["2000"]["short"]) == (9, 0)
+
+
+def test_the_overhead_s_noise_is_its_rounds_spread_and_sampled_runs_have_their_own_row():
+    data = with_model2()
+    for r in data["model2"]["runs"]:
+        if r["server"] == EDGESERVE and r["concurrency"] == 1:
+            if r["temperature"]:
+                r["stream_tps_p50"] = 100.0  # sampled: 1000/100 - 1000/200 = 5 ms
+            else:
+                r["stream_tps_p50"] = 180.0 if r["round"] == 0 else 190.0
+    data["model2"]["summary"] = report.summarize(data["model2"])
+    figures = {f.label: f for f in report.versus_previous(data)}
+    greedy = figures[f"{SMOL} c=1 overhead ms/token"]
+    rounds = [1000 / 180 - 5, 1000 / 190 - 5]  # 0.556 and 0.263 ms: a spread of 72%
+    assert greedy.ours == pytest.approx(1000 / 185 - 5)  # from the median tok/s
+    assert greedy.noise == pytest.approx((rounds[0] - rounds[1]) / (sum(rounds) / 2))
+    assert figures[f"{SMOL} c=1 sampled overhead ms/token"].ours == pytest.approx(5.0)
