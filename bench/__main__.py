@@ -285,6 +285,7 @@ class Bench:
                 "rounds": args.rounds,
                 "prompt_words": args.prompt_words,
                 "quick": args.quick,
+                "model2_only": args.model2_only,
                 "baseline": None
                 if args.baseline is None
                 else {

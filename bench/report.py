@@ -220,7 +220,8 @@ def render(results: dict[str, Any]) -> tuple[list[str], list[Figure]]:
         f"edgeserve bench: {Path(cfg['model']).name} ({cfg['model_mib']:.0f} MiB), "
         f"{cfg['threads']} threads, ctx {cfg['ctx_size']}, {cfg['max_tokens']} tokens/request, "
         f"prompts ~{cfg['prompt_tokens'] or '?'} tokens, {cfg['rounds']} alternated rounds"
-        + (" (quick)" if cfg["quick"] else ""),
+        + (" (quick)" if cfg["quick"] else "")
+        + ("; the speed workloads on the second model only" if cfg.get("model2_only") else ""),
         head,
     ]
     tab = _Table(servers, anchors, versus)
