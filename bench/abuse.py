@@ -17,16 +17,16 @@ import io
 import itertools
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
 
-from bench.load import EOG_IDS, TIMEOUT
+from bench.anchors import EDGESERVE
+from bench.load import TIMEOUT, eos_ban
 
 IDLE_S = 3.0
 SCHEMA_DEPTH = 8
-NO_EOG = {str(t): -100 for t in EOG_IDS}
 
 
 def nested_schema(depth: int) -> dict[str, Any]:
@@ -69,21 +69,23 @@ def hostile_bodies() -> list[tuple[str, str, dict[str, Any]]]:
     ]
 
 
-def _story(max_tokens: int) -> dict[str, Any]:
-    """A streamed chat that runs to `max_tokens` (end-of-generation tokens banned)."""
+def _story(max_tokens: int, eog_ids: Sequence[int]) -> dict[str, Any]:
+    """A streamed chat that runs to `max_tokens` (the model's `eog_ids` banned)."""
     return {
         "model": "m",
         "messages": [{"role": "user", "content": "Tell a long story."}],
         "max_tokens": max_tokens,
         "stream": True,
-        "logit_bias": NO_EOG,
+        "logit_bias": eos_ban(EDGESERVE, eog_ids),
     }
 
 
-async def _stream_gaps(session: aiohttp.ClientSession, url: str, stop: asyncio.Event) -> list:
+async def _stream_gaps(
+    session: aiohttp.ClientSession, url: str, stop: asyncio.Event, eog_ids: Sequence[int]
+) -> list:
     """Run one long stream until `stop`; the arrival time of each event."""
     times: list[float] = []
-    async with session.post(f"{url}/v1/chat/completions", json=_story(4000)) as resp:
+    async with session.post(f"{url}/v1/chat/completions", json=_story(4000, eog_ids)) as resp:
         async for line in resp.content:
             if line.startswith(b"data:"):
                 times.append(time.perf_counter())
@@ -101,10 +103,13 @@ async def _send(session: aiohttp.ClientSession, url: str, path: str, body: Any) 
         return {"status": resp.status, "seconds": time.perf_counter() - started}
 
 
-async def abuse(url: str, cpu_seconds: Callable[[], float]) -> dict[str, Any]:
-    """Run the three checks against edgeserve at `url` (`cpu_seconds`: its CPU time)."""
+async def abuse(
+    url: str, cpu_seconds: Callable[[], float], eog_ids: Sequence[int]
+) -> dict[str, Any]:
+    """Run the three checks against edgeserve at `url` (`cpu_seconds`: its CPU time; `eog_ids`:
+    its model's end-of-generation tokens)."""
     async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
-        resp = await session.post(f"{url}/v1/chat/completions", json=_story(400))
+        resp = await session.post(f"{url}/v1/chat/completions", json=_story(400, eog_ids))
         for _ in range(5):
             await resp.content.readuntil(b"\n\n")
         resp.close()
@@ -115,7 +120,7 @@ async def abuse(url: str, cpu_seconds: Callable[[], float]) -> dict[str, Any]:
 
         hostile = hostile_bodies()
         stop = asyncio.Event()
-        stream = asyncio.create_task(_stream_gaps(session, url, stop))
+        stream = asyncio.create_task(_stream_gaps(session, url, stop, eog_ids))
         await asyncio.sleep(2.0)
         started = time.perf_counter()
         results = await asyncio.gather(*(_send(session, url, path, b) for _, path, b in hostile))

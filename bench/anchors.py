@@ -4,7 +4,8 @@
 - `edgeserve-baseline`: the previous edgeserve (`--baseline`, built by `bench.baseline`), started
   exactly like `edgeserve`, so that a figure that gets worse shows beside the anchors;
 - `llama-server`: llama.cpp's own server (built by `bench.build`), continuous batching with
-  `--parallel N` slots over one unified KV cache of `--ctx-size` cells, flash attention off;
+  `--parallel N` slots over one unified KV cache of `--ctx-size` cells, its other settings its
+  defaults (flash attention `auto`);
 - `llama_cpp.server`: llama-cpp-python's server (`python -m llama_cpp.server`) from the bench's
   own venv, which holds the same llama-cpp-python wheel edgeserve uses.
 
@@ -56,6 +57,9 @@ class Setup:
     lcp_python: Path
     logs: Path
     baseline: Path | None = None
+    # The built-in chat template the anchors use for a GGUF without one (Gemma 3's: "gemma");
+    # None: the GGUF's own, as edgeserve uses it.
+    chat_format: str | None = None
 
 
 def command(
@@ -78,11 +82,13 @@ def _base_command(kind: str, setup: Setup, port: int, parallel: int) -> list[str
     if kind == LLAMA_SERVER:
         return [str(setup.llamacpp_bin / "llama-server"), "-m", model, "--host", HOST,
                 "--port", str(port), "-t", threads, "-c", ctx, "--parallel", str(parallel),
-                "--kv-unified", "--cont-batching", "-fa", "off", "--no-webui",
-                "--no-jinja", "--chat-template", "gemma"]  # fmt: skip
+                "--kv-unified", "--cont-batching", "--no-webui",
+                *(("--no-jinja", "--chat-template", setup.chat_format)
+                  if setup.chat_format else ())]  # fmt: skip
     if kind == LCP_SERVER:
         return [str(setup.lcp_python), "-m", "llama_cpp.server", "--model", model,
-                "--host", HOST, "--port", str(port), "--chat_format", "gemma",
+                "--host", HOST, "--port", str(port),
+                *(("--chat_format", setup.chat_format) if setup.chat_format else ()),
                 "--n_threads", threads, "--n_threads_batch", threads, "--n_ctx", ctx,
                 "--verbose", "False"]  # fmt: skip
     raise ValueError(f"unknown server {kind!r}")
@@ -258,10 +264,11 @@ class Servers(AbstractContextManager["Servers"]):
 
 
 def llama_bench_tg(setup: Setup, tokens: int, depth: int, reps: int) -> dict[str, float]:
-    """llama-bench's tg figure (tokens/s, no sampling, no HTTP) at `depth` tokens of context."""
+    """llama-bench's tg figure (tokens/s, no sampling, no HTTP) at `depth` tokens of context,
+    with llama.cpp's defaults (flash attention `auto`, as llama-server's)."""
     cmd = [str(setup.llamacpp_bin / "llama-bench"), "-m", str(setup.model),
            "-t", str(setup.threads), "-p", "0", "-n", str(tokens), "-d", str(depth),
-           "-r", str(reps), "-fa", "0", "-o", "json"]  # fmt: skip
+           "-r", str(reps), "-o", "json"]  # fmt: skip
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True
     )

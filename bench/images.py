@@ -28,6 +28,7 @@ import statistics
 import struct
 import subprocess
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -184,9 +185,12 @@ def _num(value: int | None) -> float | None:
     return None if value is None else float(value)
 
 
-async def warm_up(url: str, kind: str, width: int, height: int) -> str | None:
+async def warm_up(
+    url: str, kind: str, width: int, height: int, eog_ids: Sequence[int]
+) -> str | None:
     """One short image request (lazy initialisation is not measured); the error, if any."""
-    body = load.chat_body(kind, messages(data_url(png_bytes(width, height, WARM_UP_SEED))), 4)
+    image = messages(data_url(png_bytes(width, height, WARM_UP_SEED)))
+    body = load.chat_body(kind, image, 4, eog_ids)
     async with load.session() as http:
         stream = await load.stream_chat(http, url, body)
     if stream.error:
@@ -197,10 +201,15 @@ async def warm_up(url: str, kind: str, width: int, height: int) -> str | None:
 
 
 async def compare(
-    pair: list[tuple[str, str]], requests: int, max_tokens: int, width: int, height: int
+    pair: list[tuple[str, str]],
+    requests: int,
+    max_tokens: int,
+    width: int,
+    height: int,
+    eog_ids: Sequence[int],
 ) -> dict[str, dict[str, Any]]:
     """Each server in `pair` ((kind, url), ...) takes each round's new image cold, then again,
-    the servers taking turns; per kind, `summarize`'s figures."""
+    the servers taking turns (the model's `eog_ids` banned); per kind, `summarize`'s figures."""
     cold: dict[str, list[load.Stream]] = {kind: [] for kind, _ in pair}
     repeated: dict[str, list[load.Stream]] = {kind: [] for kind, _ in pair}
     async with load.session() as http:
@@ -208,23 +217,25 @@ async def compare(
             body_messages = messages(data_url(png_bytes(width, height, rnd)))
             shift = rnd % len(pair)
             for kind, url in pair[shift:] + pair[:shift]:
-                body = load.chat_body(kind, body_messages, max_tokens)
+                body = load.chat_body(kind, body_messages, max_tokens, eog_ids)
                 cold[kind].append(await load.stream_chat(http, url, body))
                 repeated[kind].append(await load.stream_chat(http, url, body))
     return {kind: summarize(cold[kind], repeated[kind]) for kind, _ in pair}
 
 
-async def photo_beside_stream(url: str, kind: str, photo: bytes) -> dict[str, Any]:
+async def photo_beside_stream(
+    url: str, kind: str, photo: bytes, eog_ids: Sequence[int]
+) -> dict[str, Any]:
     """A long text stream runs; a second after it starts, `photo` is sent. The stream's
     longest wait for a token, the photo request's own time to first token and any error."""
     story = [{"role": "user", "content": "Tell a long story about a lighthouse."}]
     async with load.session() as http:
         stream = asyncio.ensure_future(
-            load.stream_chat(http, url, load.chat_body(kind, story, STREAM_TOKENS))
+            load.stream_chat(http, url, load.chat_body(kind, story, STREAM_TOKENS, eog_ids))
         )
         await asyncio.sleep(1.0)
         image = await load.stream_chat(
-            http, url, load.chat_body(kind, messages(data_url(photo)), 4)
+            http, url, load.chat_body(kind, messages(data_url(photo)), 4, eog_ids)
         )
         text = await stream
     return {

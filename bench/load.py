@@ -1,9 +1,10 @@
 """The streaming load: concurrent chat completions over SSE, and what they measured.
 
-Every request asks for exactly `max_tokens` tokens: the end-of-generation tokens are banned
-(each server in its own way), so a stream that ends earlier, without a `finish_reason`, or
-without `[DONE]` was cut short. Prompts differ per request and round (no server gets a
-prompt-cache hit across requests) but are the same for every server.
+Every request asks for exactly `max_tokens` tokens: the model's end-of-generation tokens
+(`bench.models.read_model`) are banned, each server in its own way, so a stream that ends
+earlier, without a `finish_reason`, or without `[DONE]` was cut short. Prompts differ per
+request and round (no server gets a prompt-cache hit across requests) but are the same for
+every server.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import random
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -21,8 +23,6 @@ import aiohttp
 
 from bench.anchors import LLAMA_SERVER
 
-# Gemma 3's end-of-generation tokens: <eos>, <end_of_turn>, and the other EOG id.
-EOG_IDS = (1, 106, 212)
 TIMEOUT = aiohttp.ClientTimeout(total=900, sock_read=300)
 
 
@@ -33,11 +33,12 @@ WORDS = (
 ).split()
 
 
-def eos_ban(kind: str) -> Any:
-    """The `logit_bias` that bans EOG tokens: llama-server's [[id, false]] form, else OpenAI's."""
+def eos_ban(kind: str, eog_ids: Sequence[int]) -> Any:
+    """The `logit_bias` that bans the model's EOG tokens: llama-server's [[id, false]] form,
+    else OpenAI's."""
     if kind == LLAMA_SERVER:
-        return [[t, False] for t in EOG_IDS]
-    return {str(t): -100 for t in EOG_IDS}
+        return [[t, False] for t in eog_ids]
+    return {str(t): -100 for t in eog_ids}
 
 
 def prompt_text(index: int, words: int) -> str:
@@ -68,16 +69,23 @@ def session(limit: int = 10) -> aiohttp.ClientSession:
 
 
 def chat_body(
-    kind: str, messages: list[dict[str, Any]], max_tokens: int, temperature: float = 0.0
+    kind: str,
+    messages: list[dict[str, Any]],
+    max_tokens: int,
+    eog_ids: Sequence[int],
+    temperature: float = 0.0,
+    seed: int | None = None,
 ) -> dict[str, Any]:
-    """A streaming chat request that generates exactly `max_tokens` tokens: greedy, or at
-    `temperature` with the server's other sampling defaults (what a user sends)."""
-    return {
+    """A streaming chat request that generates exactly `max_tokens` tokens (the model's
+    `eog_ids` banned): greedy, or at `temperature` with the server's other sampling defaults
+    (what a user sends) and `seed`."""
+    seeded = {} if seed is None else {"seed": seed}
+    return seeded | {
         "model": "bench",
         "messages": messages,
         "max_tokens": max_tokens,
         "temperature": temperature,
-        "logit_bias": eos_ban(kind),
+        "logit_bias": eos_ban(kind, eog_ids),
         "stream": True,
         "stream_options": {"include_usage": True},
     }
@@ -232,6 +240,7 @@ async def run_load(
     per_worker: int,
     max_tokens: int,
     prompt_words: int,
+    eog_ids: Sequence[int],
     rnd: int = 0,
     temperature: float = 0.0,
     attempt: int = 0,
@@ -247,7 +256,8 @@ async def run_load(
         for r in range(per_worker):
             index = load_prompt_index(rnd, concurrency, r, w, temperature > 0, attempt)
             messages = [{"role": "user", "content": prompt_text(index, prompt_words)}]
-            body = chat_body(kind, messages, max_tokens, temperature)
+            seed = index if temperature > 0 else None  # a seed per request, the same everywhere
+            body = chat_body(kind, messages, max_tokens, eog_ids, temperature, seed)
             streams.append(await stream_chat(http, url, body))
 
     async with session(concurrency + 2) as http:
@@ -257,12 +267,12 @@ async def run_load(
     return summarize(kind, concurrency, streams, wall)
 
 
-async def warm_up(url: str, kind: str, prompt_words: int) -> Stream:
+async def warm_up(url: str, kind: str, prompt_words: int, eog_ids: Sequence[int]) -> Stream:
     """One short request with a bench-sized prompt, so that lazy initialisation is not
     measured; its `prompt_tokens` tells the prompt size."""
     async with session() as http:
         messages = [{"role": "user", "content": prompt_text(0, prompt_words)}]
-        return await stream_chat(http, url, chat_body(kind, messages, 4))
+        return await stream_chat(http, url, chat_body(kind, messages, 4, eog_ids))
 
 
 @dataclass
@@ -285,17 +295,17 @@ class MultiTurn:
 
 
 async def two_turns(
-    url: str, kind: str, index: int, prompt_words: int, answer_tokens: int
+    url: str, kind: str, index: int, prompt_words: int, answer_tokens: int, eog_ids: Sequence[int]
 ) -> tuple[Stream, Stream]:
     """One two-turn chat: turn 2 = turn 1's message + its answer + a short question."""
     async with session() as http:
         history = [{"role": "user", "content": prompt_text(5000 + index, prompt_words)}]
-        first = await stream_chat(http, url, chat_body(kind, history, answer_tokens))
+        first = await stream_chat(http, url, chat_body(kind, history, answer_tokens, eog_ids))
         history += [
             {"role": "assistant", "content": first.text},
             {"role": "user", "content": "Now tell the same story in three short lines."},
         ]
-        second = await stream_chat(http, url, chat_body(kind, history, 8))
+        second = await stream_chat(http, url, chat_body(kind, history, 8, eog_ids))
     return first, second
 
 

@@ -163,10 +163,13 @@ def prompt_index(rnd: int, mode: str, request: int, worker: int, attempt: int = 
     return index + load.ATTEMPT_STRIDE * attempt
 
 
-def body(kind: str, set_name: str, prompt: str, max_tokens: int) -> dict[str, Any]:
-    """The bench's greedy streamed chat request under `set_name`."""
+def body(
+    kind: str, set_name: str, prompt: str, max_tokens: int, eog_ids: Sequence[int]
+) -> dict[str, Any]:
+    """The bench's greedy streamed chat request under `set_name` (the model's `eog_ids`
+    banned)."""
     messages = [{"role": "user", "content": prompt}]
-    return load.chat_body(kind, messages, max_tokens) | {"lora": lora_field(set_name)}
+    return load.chat_body(kind, messages, max_tokens, eog_ids) | {"lora": lora_field(set_name)}
 
 
 def set_figures(streams: list[load.Stream], wall: float) -> dict[str, Any]:
@@ -193,6 +196,7 @@ async def run(
     per_stream: int,
     max_tokens: int,
     prompt_words: int,
+    eog_ids: Sequence[int],
     streams: int = PARALLEL,
     attempt: int = 0,
 ) -> dict[str, Any]:
@@ -207,7 +211,9 @@ async def run(
             done.append(
                 (
                     set_name,
-                    await load.stream_chat(http, url, body(kind, set_name, prompt, max_tokens)),
+                    await load.stream_chat(
+                        http, url, body(kind, set_name, prompt, max_tokens, eog_ids)
+                    ),
                 )
             )
 
@@ -231,7 +237,7 @@ async def warm_up(url: str, kind: str) -> dict[str, Any]:
     error = None
     async with load.session() as http:
         for set_name in SETS:
-            req = body(kind, set_name, WARM_UP_PROMPT, WARM_UP_TOKENS)
+            req = body(kind, set_name, WARM_UP_PROMPT, WARM_UP_TOKENS, ())
             del req["logit_bias"]  # the answer may end: past its end, tokens are near-ties
             stream = await load.stream_chat(http, url, req)
             texts[set_name] = stream.text
@@ -240,13 +246,13 @@ async def warm_up(url: str, kind: str) -> dict[str, Any]:
     return {"texts": texts, "error": error}
 
 
-async def named_requests(url: str, sets: Sequence[str]) -> str | None:
+async def named_requests(url: str, sets: Sequence[str], eog_ids: Sequence[int]) -> str | None:
     """A short request under each of `sets`, chosen by name ("model": the adapter's name, any
     other name for the base): the memory case's warm-up; the first error."""
     async with load.session() as http:
         for set_name in sets:
             messages = [{"role": "user", "content": WARM_UP_PROMPT}]
-            req = load.chat_body(EDGESERVE, messages, WARM_UP_TOKENS)
+            req = load.chat_body(EDGESERVE, messages, WARM_UP_TOKENS, eog_ids)
             req["model"] = "bench" if set_name == BASE else set_name
             stream = await load.stream_chat(http, url, req)
             if stream.error:

@@ -1,6 +1,10 @@
 """The bench's outputs: a table with the edgeserve/anchor ratios and, with a baseline, the
 edgeserve/previous ratios and the regressions (bench/previous.py) on stdout, the section 7
-targets checked, a JSON file and a PNG chart in bench/results/."""
+targets checked, a JSON file and a PNG chart in bench/results/.
+
+The speed workloads (the load levels, llama-bench, the per-step overhead, the long prompts) are
+rendered per model: the default model's figures sit at the top level of the results, the second
+model's in results["model2"], in the same shape."""
 
 from __future__ import annotations
 
@@ -59,6 +63,7 @@ RUN_ROWS = (
 SAMPLED_ROWS = (
     Row("sampled aggregate tok/s", "sampled_aggregate_tps", "{:.1f}", True),
     Row("sampled per-stream tok/s p50", "sampled_stream_tps_p50", "{:.1f}", True),
+    Row("sampled TTFT p50 ms", "sampled_ttft_p50_ms", "{:.0f}", False),
     Row("sampled inter-token p99 ms", "sampled_itl_p99_ms", "{:.1f}", False),
 )
 MEMORY_ROWS = (
@@ -113,6 +118,15 @@ LORA_ROWS = (
     Row("RSS after warm-up MiB", "rss_loaded", "{:.0f}", False, 1.0 / MIB),
 )
 NA = "n/a"
+# The per-step overhead: a server's one-stream time per token beyond llama-bench's tg (the
+# same build's decode alone), for the servers built on llama.cpp's decode loop.
+OVERHEAD_SERVERS = (EDGESERVE, EDGESERVE_BASELINE, LLAMA_SERVER)
+# A worsening of the overhead up to this (ms per token) is no regression: jitter near zero.
+OVERHEAD_FLOOR_MS = 0.1
+# The issue 36 targets for the second model, and the engine's own time per step.
+MODEL2_ONE_STREAM = 0.95
+MODEL2_STREAMS = 8
+OVERHEAD_TARGET_MS = 0.5
 SHORT_NAMES = {
     EDGESERVE: "edgeserve",
     EDGESERVE_BASELINE: "es-baseline",
@@ -206,21 +220,21 @@ def render(results: dict[str, Any]) -> tuple[list[str], list[Figure]]:
         f"edgeserve bench: {Path(cfg['model']).name} ({cfg['model_mib']:.0f} MiB), "
         f"{cfg['threads']} threads, ctx {cfg['ctx_size']}, {cfg['max_tokens']} tokens/request, "
         f"prompts ~{cfg['prompt_tokens'] or '?'} tokens, {cfg['rounds']} alternated rounds"
-        + (" (quick)" if cfg["quick"] else ""),
+        + (" (quick)" if cfg["quick"] else "")
+        + ("; the speed workloads on the second model only" if cfg.get("model2_only") else ""),
         head,
     ]
     tab = _Table(servers, anchors, versus)
-    for c, level in results["summary"].items():
-        lines.append(f"concurrency {c} (--parallel {c}, {cfg['requests'][c]} requests per round)")
-        for row in RUN_ROWS + SAMPLED_ROWS + MEMORY_ROWS:
-            noise = row.noise
-            if noise is None and row in RUN_ROWS + SAMPLED_ROWS:
-                key, temperature = _run_key(results, row.key)
-                noise = rounds_noise(
-                    *(run_values(results["runs"], s, int(c), key, temperature) for s in EDGESERVES)
-                )
-            values = {s: level[s].get(row.key) for s in servers}
-            lines.append(tab.row(row, values, f"c={c} ", noise))
+    lines += _speed(results, tab)
+    m2 = results.get("model2")
+    if m2:
+        c2 = m2["config"]
+        lines.append(
+            f"second model {model_name(m2)} ({c2['model_mib']:.0f} MiB, end of generation: "
+            f"{', '.join(map(str, c2['eog_ids']))}; template: "
+            f"{c2['chat_format'] or 'its own'}), prompts ~{c2['prompt_tokens'] or '?'} tokens"
+        )
+        lines += _speed(m2, tab, model_name(m2))
     mt = results.get("multi_turn")
     if mt:
         lines.append("multi-turn chat (--parallel 1; turn 2 re-sends turn 1 and its answer)")
@@ -229,12 +243,6 @@ def render(results: dict[str, Any]) -> tuple[list[str], list[Figure]]:
             lines.append(tab.row(row, values, "multi-turn "))
     lines += _images(results, tab)
     lines += _lora(results, tab)
-    lb = results.get("llama_bench")
-    if lb:
-        lines.append(
-            f"llama-bench tg{lb['tokens']} at depth {lb['depth']}: {lb['tps']:.1f} "
-            f"tok/s (median of {lb['runs']} alternated runs of {lb['reps']} reps)"
-        )
     lines += _long_context(results, tab)
     for part in (_scoring, _embeddings, _grounded, _structured, _soak, _abuse):
         lines += part(results, versus)
@@ -289,6 +297,105 @@ class _Table:
             return line + f"{NA:>14}"
         shown = self.versus.ratio(figure)
         return line + ("" if shown is None else f"{shown:>14}")
+
+
+def model_name(part: dict[str, Any]) -> str:
+    """The name of the model of a results part (the top level or "model2"): its file's name
+    without `.gguf`."""
+    return Path(part["config"]["model"]).name.removesuffix(".gguf")
+
+
+def overhead_ms(stream_tps: float | None, tg_tps: float | None) -> float | None:
+    """A server's time per token beyond llama-bench's at one stream (ms):
+    1000 / per-stream tok/s - 1000 / llama-bench tg tok/s; None when either is missing."""
+    if not stream_tps or not tg_tps:
+        return None
+    return 1000.0 / stream_tps - 1000.0 / tg_tps
+
+
+def _speed(part: dict[str, Any], tab: _Table, model: str | None = None) -> list[str]:
+    """The speed workloads of one model: a block per concurrency, llama-bench, the per-step
+    overhead and the long prompts. `model` names the second model in the titles and in the
+    figures' labels (None: the default model, unnamed as before)."""
+    title = f"{model}: " if model else ""
+    prefix = f"{model} " if model else ""
+    cfg = part["config"]
+    lines = []
+    for c, level in part["summary"].items():
+        lines.append(
+            f"{title}concurrency {c} (--parallel {c}, {cfg['requests'][c]} requests per round)"
+        )
+        for row in RUN_ROWS + SAMPLED_ROWS + MEMORY_ROWS:
+            values = {s: (level.get(s) or {}).get(row.key) for s in tab.servers}
+            if row in MEMORY_ROWS and all(v is None for v in values.values()):
+                continue  # a case that did not run on this model
+            noise = row.noise
+            if noise is None and row in RUN_ROWS + SAMPLED_ROWS:
+                key, temperature = _run_key(part, row.key)
+                noise = rounds_noise(
+                    *(run_values(part["runs"], s, int(c), key, temperature) for s in EDGESERVES)
+                )
+            lines.append(tab.row(row, values, f"{prefix}c={c} ", noise))
+    lb = part.get("llama_bench")
+    if lb:
+        lines.append(
+            f"{title}llama-bench tg{lb['tokens']} at depth {lb['depth']}: {lb['tps']:.1f} "
+            f"tok/s (median of {lb['runs']} alternated runs of {lb['reps']} reps)"
+        )
+    lines += _overhead(part, tab, title, prefix)
+    lines += _long_prompt(part, tab, title, prefix)
+    return lines
+
+
+def _overhead(part: dict[str, Any], tab: _Table, title: str, prefix: str) -> list[str]:
+    """Each server's per-step overhead at one stream, greedy and sampled (`overhead_ms`)."""
+    tg = (part.get("llama_bench") or {}).get("tps")
+    level = part["summary"].get("1")
+    if not tg or level is None:
+        return []
+    lines = [
+        f"{title}per-step overhead at one stream (ms per token: 1000 / per-stream tok/s - "
+        f"1000 / llama-bench tg {tg:.1f} tok/s)"
+    ]
+    for key in ("stream_tps_p50", "sampled_stream_tps_p50"):
+        values = {
+            s: overhead_ms((level.get(s) or {}).get(key), tg) if s in OVERHEAD_SERVERS else None
+            for s in tab.servers
+        }
+        run_key, temperature = _run_key(part, key)
+        noise = rounds_noise(
+            *(
+                [overhead_ms(v, tg) for v in run_values(part["runs"], s, 1, run_key, temperature)]
+                for s in EDGESERVES
+            )
+        )
+        label = "sampled overhead ms/token" if key.startswith("sampled_") else "overhead ms/token"
+        row = Row(label, key, "{:.2f}", False, floor=OVERHEAD_FLOOR_MS)
+        lines.append(tab.row(row, values, f"{prefix}c=1 ", noise))
+    return lines
+
+
+def _long_prompt(part: dict[str, Any], tab: _Table, title: str, prefix: str) -> list[str]:
+    """The long-prompt workload: TTFT per size of each server, the ratios; its prompt tokens."""
+    lp = part.get("long_prompt")
+    if not lp:
+        return []
+    na = [s for s in tab.servers if s not in lp]
+    lines = [
+        f"{title}long prompts (new text each round, --parallel {lp['parallel']}, --ctx-size "
+        f"{lp['ctx']}, {lp['max_tokens']} tokens generated; median of {lp['rounds']} rounds)"
+    ]
+    for size in lp["sizes"]:
+        figures = {s: (lp.get(s) or {}).get(str(size)) or {} for s in tab.servers}
+        noise = rounds_noise(*(figures[s].get("ttft_ms") or [] for s in EDGESERVES))
+        for row, row_noise in (
+            (Row(f"TTFT p50 ms ~{size} tokens", "ttft_p50_ms", "{:.0f}", False), noise),
+            (Row(f"prompt tokens ~{size}", "prompt_tokens", "{:.0f}", None), None),
+            (Row(f"cut short ~{size}", "short", "{:.0f}", False, noise=0.0), None),
+        ):
+            values = {s: figures[s].get(row.key) for s in tab.servers}
+            lines.append(tab.row(row, values, f"{prefix}long prompt ", row_noise, na))
+    return lines
 
 
 def _long_context(results: dict[str, Any], tab: _Table) -> list[str]:
@@ -629,16 +736,17 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
     one_es = get(1, EDGESERVE, "stream_tps_p50")
     one_ls = get(1, LLAMA_SERVER, "stream_tps_p50")
     tg = (results.get("llama_bench") or {}).get("tps")
-    out.append(_cmp("one stream tok/s >= llama-server", one_es, one_ls, 1.0))
-    out.append(_cmp("one stream tok/s >= 97% of llama-bench tg", one_es, tg, 0.97))
-    out.append(
-        _cmp(
-            "8 streams aggregate >= llama-server --parallel 8",
-            get(8, EDGESERVE, "aggregate_tps"),
-            get(8, LLAMA_SERVER, "aggregate_tps"),
-            1.0,
+    if cfg["concurrency"]:  # not with the second model alone
+        out.append(_cmp("one stream tok/s >= llama-server", one_es, one_ls, 1.0))
+        out.append(_cmp("one stream tok/s >= 97% of llama-bench tg", one_es, tg, 0.97))
+        out.append(
+            _cmp(
+                "8 streams aggregate >= llama-server --parallel 8",
+                get(8, EDGESERVE, "aggregate_tps"),
+                get(8, LLAMA_SERVER, "aggregate_tps"),
+                1.0,
+            )
         )
-    )
     for c, key, what in (
         (1, "sampled_stream_tps_p50", "sampled one stream tok/s"),
         (8, "sampled_aggregate_tps", "sampled 8 streams aggregate"),
@@ -748,6 +856,81 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
                 f"{sc['max_abs_diff']:.1e}",
             )
         )
+    out += long_prompt_targets(results)
+    if results.get("model2"):
+        out += model2_targets(results["model2"])
+        out += long_prompt_targets(results["model2"], model_name(results["model2"]))
+    return out
+
+
+def model2_targets(part: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
+    """Issue 36's targets for the second model against llama-server, on the sampled load
+    (greedy without one): one stream >= 0.95x, 8 streams >= 1.0x, TTFT p50 <= 1.1x and
+    inter-token p99 <= 1.0x at every concurrency; edgeserve's per-step overhead <= 0.5 ms."""
+    name = model_name(part)
+    cfg = part["config"]
+    temperature = cfg.get("sampled_temperature") or 0.0
+    pre, mode = ("sampled_", f"T={temperature:g}") if temperature else ("", "greedy")
+
+    def get(c: int, server: str, key: str) -> float | None:
+        return (part["summary"].get(str(c)) or {}).get(server, {}).get(pre + key)
+
+    n = MODEL2_STREAMS
+    out = [
+        _cmp(
+            f"{name}: one stream tok/s >= {MODEL2_ONE_STREAM} x llama-server ({mode})",
+            get(1, EDGESERVE, "stream_tps_p50"),
+            get(1, LLAMA_SERVER, "stream_tps_p50"),
+            MODEL2_ONE_STREAM,
+        ),
+        _cmp(
+            f"{name}: {n} streams aggregate >= llama-server ({mode})",
+            get(n, EDGESERVE, "aggregate_tps"),
+            get(n, LLAMA_SERVER, "aggregate_tps"),
+            1.0,
+        ),
+    ]
+    for c in cfg["concurrency"]:
+        es, ls = get(c, EDGESERVE, "ttft_p50_ms"), get(c, LLAMA_SERVER, "ttft_p50_ms")
+        out.append(_at_most(f"{name}: TTFT p50 <= 1.1 x llama-server's (c={c}, {mode})", es,
+                            ls, 1.1, "ms"))  # fmt: skip
+    for c in cfg["concurrency"]:
+        es, ls = get(c, EDGESERVE, "itl_p99_ms"), get(c, LLAMA_SERVER, "itl_p99_ms")
+        out.append(_at_most(f"{name}: inter-token p99 <= llama-server's (c={c}, {mode})", es,
+                            ls, 1.0, "ms"))  # fmt: skip
+    out.append(overhead_target(part, name))
+    return out
+
+
+def overhead_target(part: dict[str, Any], name: str) -> tuple[str, bool | None, str]:
+    """edgeserve's per-step overhead at one stream (greedy, `overhead_ms`) <= 0.5 ms."""
+    what = f"{name}: engine overhead <= {OVERHEAD_TARGET_MS} ms per token at one stream"
+    tg = (part.get("llama_bench") or {}).get("tps")
+    level = part["summary"].get("1") or {}
+    ours = (level.get(EDGESERVE) or {}).get("stream_tps_p50")
+    overhead = overhead_ms(ours, tg)
+    if overhead is None or ours is None or tg is None:
+        return (what, None, "not measured")
+    theirs = overhead_ms((level.get(LLAMA_SERVER) or {}).get("stream_tps_p50"), tg)
+    return (
+        what,
+        overhead <= OVERHEAD_TARGET_MS,
+        f"{overhead:.2f} ms (1000/{ours:.1f} - 1000/{tg:.1f} tok/s)"
+        + ("" if theirs is None else f"; llama-server {theirs:.2f} ms"),
+    )
+
+
+def long_prompt_targets(
+    part: dict[str, Any], name: str | None = None
+) -> list[tuple[str, bool | None, str]]:
+    """A long prompt's TTFT p50 <= llama-server's, per size ([] without the workload)."""
+    lp = part.get("long_prompt") or {}
+    out = []
+    for size in lp.get("sizes") or ():
+        es, ls = ((lp.get(s) or {}).get(str(size), {}).get("ttft_p50_ms")
+                  for s in (EDGESERVE, LLAMA_SERVER))  # fmt: skip
+        what = f"long-prompt TTFT p50 <= llama-server's (~{size} tokens)"
+        out.append(_at_most(f"{name}: {what}" if name else what, es, ls, 1.0, "ms"))
     return out
 
 

@@ -14,25 +14,27 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
 
-from bench.load import EOG_IDS, TIMEOUT, prompt_text
+from bench.anchors import EDGESERVE
+from bench.load import TIMEOUT, eos_ban, prompt_text
 
 SAMPLES = 10
 WARM_UP_SAMPLES = 3
 
 
-def _request(index: int) -> tuple[str, dict[str, Any], str]:
-    """(path, body, kind) of request `index`: the mix cycles through six kinds."""
+def _request(index: int, eog_ids: Sequence[int]) -> tuple[str, dict[str, Any], str]:
+    """(path, body, kind) of request `index` (the model's `eog_ids` banned in its chats): the
+    mix cycles through six kinds."""
     prompt = prompt_text(10_000 + index, 12)
     chat = {
         "model": "soak",
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": 4,
-        "logit_bias": {str(t): -100 for t in EOG_IDS},
+        "logit_bias": eos_ban(EDGESERVE, eog_ids),
     }
     kinds: list[tuple[str, dict[str, Any], str]] = [
         ("/v1/chat/completions", chat | {"stream": True}, "stream"),
@@ -45,9 +47,9 @@ def _request(index: int) -> tuple[str, dict[str, Any], str]:
     return kinds[index % len(kinds)]
 
 
-async def _one(http: aiohttp.ClientSession, url: str, index: int) -> str:
+async def _one(http: aiohttp.ClientSession, url: str, index: int, eog_ids: Sequence[int]) -> str:
     """Send request `index`; returns "<kind> <status>" (a dropped stream reads one chunk)."""
-    path, body, kind = _request(index)
+    path, body, kind = _request(index, eog_ids)
     async with http.post(url + path, json=body) as resp:
         if kind == "dropped stream":
             await resp.content.readany()
@@ -57,8 +59,11 @@ async def _one(http: aiohttp.ClientSession, url: str, index: int) -> str:
         return f"{kind} {resp.status}"
 
 
-async def soak(url: str, requests: int, concurrency: int, rss: Callable[[], int]) -> dict[str, Any]:
-    """Run `requests` requests, `concurrency` at a time; RSS (bytes) sampled SAMPLES times."""
+async def soak(
+    url: str, requests: int, concurrency: int, rss: Callable[[], int], eog_ids: Sequence[int]
+) -> dict[str, Any]:
+    """Run `requests` requests, `concurrency` at a time (the model's `eog_ids` banned); RSS
+    (bytes) sampled SAMPLES times."""
     outcomes: Counter[str] = Counter()
     samples: list[int] = []
     step = max(1, requests // SAMPLES)
@@ -68,7 +73,7 @@ async def soak(url: str, requests: int, concurrency: int, rss: Callable[[], int]
 
         async def bounded(i: int) -> str:
             async with sem:
-                return await _one(http, url, i)
+                return await _one(http, url, i, eog_ids)
 
         for start in range(0, requests, step):
             batch = range(start, min(requests, start + step))

@@ -159,3 +159,65 @@ def bench_setup(folder: Path) -> Setup:
         logs=folder,
         baseline=Path("/cache/abc/.venv/bin/edgeserve"),
     )
+
+
+def long_prompt(ttft_ms: dict[str, tuple[float, float]], sizes: tuple[int, int] = (2000, 6000)):
+    """A long-prompt result: per server, the TTFT (ms) of each size, the same in both rounds."""
+    return {
+        "sizes": list(sizes),
+        "ctx": 8192,
+        "parallel": 1,
+        "max_tokens": 4,
+        "rounds": 2,
+        "tokens_per_word": 2.0,
+    } | {
+        server: {
+            str(size): {
+                "ttft_ms": [ms, ms],
+                "ttft_p50_ms": ms,
+                "prompt_tokens": size,
+                "short": 0,
+                "errors": [],
+            }
+            for size, ms in zip(sizes, pair, strict=True)
+        }
+        for server, pair in ttft_ms.items()
+    }
+
+
+def second_model(
+    one_stream: dict[str, float], tg: float = 200.0, temperature: float = 0.7
+) -> dict[str, Any]:
+    """results["model2"]: c=1 and c=8, each server's one-stream decode speed `one_stream`
+    (tok/s, greedy and sampled alike, the same in both rounds; 8 streams: 2x it aggregate),
+    llama-bench tg `tg`, TTFT 40 ms and inter-token p99 30 ms everywhere."""
+    runs = [
+        run(server, c, rnd, tps * (1 if c == 1 else 2), t, stream_tps_p50=tps, ttft_p50_ms=40.0)
+        for server, tps in one_stream.items()
+        for c in (1, 8)
+        for rnd in (0, 1)
+        for t in {0.0, temperature}
+    ]
+    part: dict[str, Any] = {
+        "config": {
+            "model": "/cache/SmolLM2-135M-Instruct.Q4_1.gguf",
+            "model_mib": 86.0,
+            "eog_ids": [0, 2, 4],
+            "chat_format": None,
+            "concurrency": [1, 8],
+            "servers": list(one_stream),
+            "max_tokens": 32,
+            "requests": {"1": 1, "8": 8},
+            "prompt_tokens": 120,
+            "sampled_temperature": temperature,
+        },
+        "runs": runs,
+        "memory": {},
+        "llama_bench_runs": [
+            {"tokens": 32, "depth": 120, "reps": 1, "tps": tg, "stddev": 1.0, "round": r}
+            for r in (0, 1)
+        ],
+        "long_prompt": long_prompt({s: (300.0, 1200.0) for s in one_stream}),
+    }
+    part["summary"] = report.summarize(part)
+    return part

@@ -65,8 +65,8 @@ def test_the_lora_field_of_each_set():
 
 
 def test_both_servers_get_the_same_greedy_streamed_request():
-    ours = lora.body(EDGESERVE, "b", "Tell a story.", 32)
-    theirs = lora.body(LLAMA_SERVER, "b", "Tell a story.", 32)
+    ours = lora.body(EDGESERVE, "b", "Tell a story.", 32, (1, 106))
+    theirs = lora.body(LLAMA_SERVER, "b", "Tell a story.", 32, (1, 106))
     assert ours["lora"] == theirs["lora"] == [{"id": 1, "scale": 1.0}]
     assert ours["messages"] == [{"role": "user", "content": "Tell a story."}]
     assert (ours["max_tokens"], ours["temperature"], ours["stream"]) == (32, 0.0, True)
@@ -400,7 +400,7 @@ async def test_one_load_against_fake_servers_sends_each_stream_under_its_set(aio
     servers = {name: await aiohttp_server(streaming_chat_app(seen[name].append)) for name in seen}
     got = {
         name: await lora.run(
-            str(server.make_url("")).rstrip("/"), EDGESERVE, lora.MIXED, 1, 2, 4, 8
+            str(server.make_url("")).rstrip("/"), EDGESERVE, lora.MIXED, 1, 2, 4, 8, (1,)
         )
         for name, server in servers.items()
     }
@@ -428,7 +428,7 @@ async def test_one_load_against_fake_servers_sends_each_stream_under_its_set(aio
         result["aggregate_tps"]
     )
     base_only = await lora.run(
-        str(servers["a"].make_url("")).rstrip("/"), LLAMA_SERVER, lora.BASE_ONLY, 0, 1, 4, 8
+        str(servers["a"].make_url("")).rstrip("/"), LLAMA_SERVER, lora.BASE_ONLY, 0, 1, 4, 8, (1,)
     )
     assert set(base_only["per_set"]) == {"base"}
     assert all(body["lora"] == lora.lora_field("base") for body in seen["a"][12:])

@@ -16,6 +16,7 @@ from aiohttp import web
 import bench.__main__ as bench_main
 from bench import load, lora
 from bench.__main__ import Bench, parse_args
+from tests.unit.bench_models import vocab_gguf
 
 LEVELS = (1, 2, 4, 8)
 
@@ -71,8 +72,7 @@ class RecordingServer:
 
 @pytest.fixture
 def bench(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Bench:
-    model = tmp_path / "m.gguf"
-    model.write_bytes(b"GGUF")
+    model = vocab_gguf(tmp_path / "m.gguf")
     args = parse_args(["--model", str(model), "--out", str(tmp_path), "--noisy-retries", "2"])
     args.requests, args.tokens = 2, 2
 
@@ -108,7 +108,8 @@ async def test_a_noisy_load_run_is_retried_with_new_prompts(bench: Bench, aiohtt
     prompts: list[str] = []
     server = await recording_app(aiohttp_server, prompts)
     ScriptedNoiseMeter.noise = [100.0, 0.0]
-    await bench.measured([], RecordingServer(str(server.make_url("")).rstrip("/")), 2, 0)
+    url = str(server.make_url("")).rstrip("/")
+    await bench.measured([], bench.speed_models[0], RecordingServer(url), 2, 0)
     assert len(prompts) == 2 * 2 * 2  # two tries of 2 workers x 2 requests
     first, second = prompts[:4], prompts[4:]
     assert not set(first) & set(second)
@@ -119,7 +120,8 @@ async def test_a_quiet_run_is_not_retried(bench: Bench, aiohttp_server: Any):
     prompts: list[str] = []
     server = await recording_app(aiohttp_server, prompts)
     ScriptedNoiseMeter.noise = [0.0]
-    await bench.measured([], RecordingServer(str(server.make_url("")).rstrip("/")), 2, 0)
+    url = str(server.make_url("")).rstrip("/")
+    await bench.measured([], bench.speed_models[0], RecordingServer(url), 2, 0)
     assert len(prompts) == 4 and len(set(prompts)) == 4
 
 
@@ -128,8 +130,8 @@ async def test_a_noisy_lora_run_is_retried_with_new_prompts(
 ):
     tries: list[int] = []
 
-    async def recorded_run(*args: Any) -> dict[str, Any]:
-        tries.append(args[-1])
+    async def recorded_run(*args: Any, attempt: int) -> dict[str, Any]:
+        tries.append(attempt)
         return {"per_set": {}, "aggregate_tps": 1.0, "itl_p50_ms": 1.0, "itl_p99_ms": 1.0,
                 "short": 0, "errors": []}  # fmt: skip
 
