@@ -59,6 +59,12 @@ class Stepper:
         self.inbox = inbox
         self.generating = Generating(self.state, grammar, inbox.wake)
         self.scoring = ScoreSteps(self.state)
+        # When a step's events leave for the event loops. With the model on a GPU the CPU is
+        # free while llama_decode runs, so they leave just before the next decode and the
+        # loops render and send them meanwhile (the GPU is not kept waiting for them). On
+        # the CPU, llama.cpp's threads take every core during a decode, and a loop working
+        # beside them stalls their barriers, so they leave at the end of the step.
+        self._deliver_during_decode = backend.gpu_offload
         self.snapshot = self._stats()
 
     def has_work(self) -> bool:
@@ -93,18 +99,18 @@ class Stepper:
         for job, exc in scheduler.admit(self.generating.open_choices):
             state.fail(job, exc)
         clock.lap("intake")
-        # Checked before the decode too when anything came in (a reused prefix must be whole
-        # before anything attends to it); otherwise the last step's check still holds.
-        changed = bool(jobs or cancels or scheduler.waiting)
-        broken = self._broken_invariant() if changed else None
+        # Every step checks the invariants at least once: before the decode when anything
+        # came in (a reused prefix must be whole before anything attends to it), after a
+        # generation decode, and at the end when neither happened.
+        checked = bool(jobs or cancels or scheduler.waiting)
+        broken = self._broken_invariant() if checked else None
         plan = None if broken else scheduler.plan(state.backend.batch)
         if plan is not None:
             state.backend.use_adapters(plan.adapters)
         clock.lap("plan")
-        # The events of the last step leave now, just before the decode: the event loops
-        # render and send them while llama_decode runs without the GIL, instead of holding
-        # it while this thread still needs it.
-        state.outbox.flush()
+        if self._deliver_during_decode:
+            state.outbox.flush()
+            clock.lap("deliver")
         if isinstance(plan, ScorePlan):
             self.scoring.score(plan)
             clock.lap("decode")
@@ -113,14 +119,18 @@ class Stepper:
             clock.lap("decode")
         elif isinstance(plan, MediaPlan):
             broken = self.generating.run_media(plan) or self._broken_invariant()
+            checked = True
         elif plan is not None:
             broken = self.generating.run(plan) or self._broken_invariant()
+            checked = True
+        if not checked:
+            broken = self._broken_invariant()
         clock.lap("plan")
         if broken is not None:
             self.restart(broken)
         self.inbox.set_queued(len(scheduler.waiting))
         self.snapshot = self._stats()
-        if not self.has_work():  # no step follows at once: the events leave now
+        if not self._deliver_during_decode or not self.has_work():
             state.outbox.flush()
         clock.lap("deliver")
 
