@@ -42,7 +42,7 @@ _OWN_POOLING = {
     str(lc.LLAMA_POOLING_TYPE_LAST),
 }
 # --flash-attn as llama.cpp's flash_attn_type.
-_FLASH_ATTN_TYPES = {
+FLASH_ATTN_TYPES = {
     "auto": lc.LLAMA_FLASH_ATTN_TYPE_AUTO,
     "on": lc.LLAMA_FLASH_ATTN_TYPE_ENABLED,
     "off": lc.LLAMA_FLASH_ATTN_TYPE_DISABLED,
@@ -247,7 +247,7 @@ class LoadedModel(Vocabulary):
         # window-sized ones unless --swa-full: see checkpoint_budget).
         cparams.swa_full = True
         cparams.no_perf = True
-        cparams.flash_attn_type = _FLASH_ATTN_TYPES[config.flash_attn]
+        cparams.flash_attn_type = FLASH_ATTN_TYPES[config.flash_attn]
         kv_type = getattr(lc, f"GGML_TYPE_{config.kv_cache_type.upper()}")  # f16, q8_0, q4_0
         cparams.type_k = kv_type
         cparams.type_v = kv_type
