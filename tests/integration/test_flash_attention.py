@@ -8,10 +8,13 @@ import logging
 
 import pytest
 
+from edgeserve.engine.client import EngineClient
 from edgeserve.engine.llama.model import ModelLoadError
 from edgeserve.engine.types import EngineConfig
 from edgeserve.engine.worker import Engine
+from edgeserve.http.app import create_app
 from tests.conftest import running_engine
+from tests.integration.conftest import server_settings
 
 
 async def test_the_default_engine_runs_flash_attention_and_health_says_so(client, engine):
@@ -21,10 +24,15 @@ async def test_the_default_engine_runs_flash_attention_and_health_says_so(client
     assert engine.stats().flash_attn is True
 
 
-def test_off_keeps_it_off_and_the_load_log_says_which(model_path, caplog):
-    with caplog.at_level(logging.INFO, logger="edgeserve.engine"):
-        with running_engine(model_path, n_ctx=256, parallel=1, flash_attn="off") as engine:
-            assert engine.stats().flash_attn is False
+async def test_off_keeps_it_off_and_health_and_the_load_log_say_so(
+    aiohttp_client, model_path, caplog
+):
+    off = running_engine(model_path, n_ctx=256, parallel=1, flash_attn="off")
+    with caplog.at_level(logging.INFO, logger="edgeserve.engine"), off as engine:
+        client = await aiohttp_client(create_app(server_settings(model_path), EngineClient(engine)))
+        body = await (await client.get("/health")).json()
+        assert body["flash_attn"] is False
+        assert engine.stats().flash_attn is False
     loaded = [r.getMessage() for r in caplog.records if r.getMessage().startswith("loaded ")]
     assert loaded and loaded[-1].endswith(", flash attention off"), loaded
 
