@@ -16,12 +16,13 @@ from edgeserve.config.values import (
     CORS_REFERENCE,
     DEFAULT_HOST,
     DEFAULT_MODEL_FILE,
+    FLASH_ATTN_MODES,
     KV_CACHE_TYPES,
     LOG_FORMATS,
     LOG_LEVELS,
     physical_cores,
 )
-from edgeserve.engine.types import EngineConfig
+from edgeserve.engine.types import EngineConfig, FlashAttnMode
 
 
 def _setting(
@@ -218,7 +219,14 @@ class Settings:
         "TEMPLATE",
         shown="from the GGUF, else by architecture",
     )
-    flash_attn: bool = _setting(False, values.boolean, "flash attention", "BOOL", kind="switch")
+    flash_attn: FlashAttnMode = _setting(  # noqa: RUF009 (a Literal of str: immutable)
+        "auto",
+        values.flash_attn_mode,
+        "flash attention: auto (on where llama.cpp's backend supports it for the model, as "
+        "llama-server's default), on or off; alone, on",
+        "|".join(FLASH_ATTN_MODES),
+        kind="switch",
+    )
     draft_max: int = _setting(
         16,
         values.integer(0),
@@ -232,7 +240,8 @@ class Settings:
     kv_cache_type: str = _setting(
         "f16",
         values.choice(KV_CACHE_TYPES),
-        "KV cache element type (llama.cpp type_k and type_v); q8_0 and q4_0 need --flash-attn",
+        "KV cache element type (llama.cpp type_k and type_v); q8_0 and q4_0 need flash "
+        "attention (not --flash-attn off)",
         "|".join(KV_CACHE_TYPES),
     )
     swa_full: bool = _setting(

@@ -238,10 +238,10 @@ def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     _check_tls_and_hosts(values)
     _check_lora(values)
     kv_type = values.get("kv_cache_type", "f16")
-    if kv_type != "f16" and not values.get("flash_attn", False):
+    if kv_type != "f16" and values.get("flash_attn") == "off":
         raise ConfigError(
-            f"--kv-cache-type {kv_type} needs --flash-attn: llama.cpp quantizes the V cache "
-            "only with flash attention"
+            f"--kv-cache-type {kv_type} needs flash attention (--flash-attn auto or on, not "
+            "off): llama.cpp quantizes the V cache only with flash attention"
         )
     return Settings(**values)
 

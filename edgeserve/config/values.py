@@ -19,6 +19,7 @@ DEFAULT_MODEL_FILE = default_model.FILE
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMATS = ("text", "json")
 KV_CACHE_TYPES = ("f16", "q8_0", "q4_0")
+FLASH_ATTN_MODES = ("auto", "on", "off")
 DEFAULT_HOST = "127.0.0.1"
 # --cors-origins words (besides origins) and the --allowed-hosts wildcard
 CORS_LOCAL = "local"
@@ -89,6 +90,19 @@ def boolean(raw: object) -> bool:
     if word in _FALSE:
         return False
     raise ValueError("is not a boolean (use true/false, 1/0, yes/no, on/off)")
+
+
+def flash_attn_mode(raw: object) -> str:
+    """auto, on or off (any case); a boolean's spellings (true/false, 1/0, yes/no, or a TOML
+    boolean) still say on or off, as when flash attention was a switch."""
+    if isinstance(raw, str) and (word := raw.strip().lower()) in FLASH_ATTN_MODES:
+        return word
+    try:
+        return "on" if boolean(raw) else "off"
+    except ValueError:
+        raise ValueError(
+            f"is not one of {', '.join(FLASH_ATTN_MODES)} (or a boolean: true/false, 1/0, yes/no)"
+        ) from None
 
 
 def text(raw: object) -> str:

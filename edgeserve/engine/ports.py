@@ -197,6 +197,7 @@ class Backend(KvCache, Protocol):
     max_piece_bytes: int
     gpu_offload: bool
     n_gpu_layers: int
+    flash_attn: bool | None  # whether the generation context runs it (None: not known)
     tokenizer_info: TokenizerInfo
     batch: Batch
     # The --draft-model's context, when one is loaded (its vocabulary is this model's).

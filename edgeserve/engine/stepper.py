@@ -209,6 +209,7 @@ class Stepper:
             queue_length=0,
             gpu_offload=backend.gpu_offload,
             n_gpu_layers=backend.n_gpu_layers,
+            flash_attn=backend.flash_attn,
             scoring_jobs=len(scheduler.scoring),
             kv_cells_used=backend.cells_used(),
             prefix_cache_hits=scheduler.prefix_hits,

@@ -11,6 +11,8 @@ if TYPE_CHECKING:
 
 FinishReason = Literal["stop", "length", "abort"]
 MediaKind = Literal["image", "audio"]
+# --flash-attn: on where llama.cpp's backend supports it for the model (auto), always, never.
+FlashAttnMode = Literal["auto", "on", "off"]
 
 # LoRA adapters a request runs under: (adapter id, scale) pairs, sorted by id, no zero scales
 # (see adapters.py); () is the base model alone.
@@ -36,7 +38,7 @@ class EngineConfig:
     prefill_chunk: int = 16
     max_queue: int = 64
     chat_template: str | None = None
-    flash_attn: bool = False
+    flash_attn: FlashAttnMode = "auto"
     draft_max: int = 16
     use_mmap: bool = True
     use_mlock: bool = False
@@ -266,6 +268,9 @@ class EngineStats:
     queue_length: int
     gpu_offload: bool
     n_gpu_layers: int
+    # Whether the generation context runs flash attention, as llama.cpp resolved --flash-attn
+    # (None while loading, or where its log did not say).
+    flash_attn: bool | None = None
     scoring_jobs: int = 0
     kv_cells_used: int = 0
     draining: bool = False

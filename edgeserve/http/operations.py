@@ -33,6 +33,7 @@ async def health(request: web.Request) -> web.Response:
         "kv_cells_used": stats.kv_cells_used,
         "gpu_offload": stats.gpu_offload,
         "n_gpu_layers": stats.n_gpu_layers,
+        "flash_attn": stats.flash_attn,
         "draft_model": Path(stats.draft_model).name if stats.draft_model else None,
         "input_modalities": input_modalities(request.config_dict[ENGINE].media_kinds),
     }

@@ -34,10 +34,12 @@ from tests.integration.test_server_process import free_port
 from tests.integration.test_speculation import COPY, drafts, leave_while_drafting
 
 CHAT = "/v1/chat/completions"
+# (With flash attention on, the CPU build's default, the earlier "Translate to French: Good
+# morning, how are you?" and "What is the capital of France?" have near-ties after COPY, as do
+# the other short prompts tried; margins also move with what the cache held before.)
 PROMPTS = [
     COPY,
-    "Translate to French: Good morning, how are you?",
-    "What is the capital of France?",
+    "Translate to Italian: Thank you very much.",
 ]
 # The least margin (nats) between an answer token and the runner-up for a prompt to be a fair
 # test of exactness on the CPU build (see the module docstring).

@@ -36,7 +36,7 @@ COMPLETIONS = "/v1/completions"
 CHAT = "/v1/chat/completions"
 SCORE = "/v1/score/evaluation"
 BASE = "gemma-test"
-LOAD_PROMPTS = ("Water boils at", "import numpy as", "class Point:\n")
+LOAD_PROMPTS = ("Water boils at", "def fibonacci(n):", "class Point:\n")
 LOAD_TOKENS = 6
 PROMPTS = ("The capital of France is", "Once upon a time, in a small village,", "def add(a, b):")
 END_TOKENS = {1, 106}  # Gemma's end-of-generation tokens
@@ -49,7 +49,9 @@ MAGNITUDE = 0.2
 # different logits in a batch of another shape (see test_draft_model.py).
 NEAR_TIE = 0.35
 # The least number of tokens before the first near-tie in each load answer (LOAD_PROMPTS under
-# each set, alone: 6, 6, 6 / 6, 6, 6 / 6, 6, 4 measured): what "as alone" compares at least.
+# each set, alone, with flash attention as the CPU build's default resolves it, on: 6, 4, 6 /
+# 4, 4, 6 / 6, 6, 6 measured; "import numpy as" under alpha, 6 with it off, has a near-tie at
+# its first token with it on): what "as alone" compares at least.
 MIN_SURE = 3
 
 
@@ -62,21 +64,35 @@ def adapters(tmp_path_factory, model_path) -> dict[str, Path]:
     }
 
 
-@pytest.fixture(scope="module")
-def lora_engine(model_path, adapters) -> Iterator[Engine]:
-    with running_engine(
+def adapter_engine(model_path: Path, adapters: dict[str, Path]):
+    """A new engine with the adapters loaded (a context manager)."""
+    return running_engine(
         model_path,
         parallel=6,
         draft_max=0,
         swa_full=True,  # full-size sliding-window caches, as the reference's context
         lora_adapters=tuple((name, str(path)) for name, path in adapters.items()),
-    ) as engine:
+    )
+
+
+@pytest.fixture(scope="module")
+def lora_engine(model_path, adapters) -> Iterator[Engine]:
+    with adapter_engine(model_path, adapters) as engine:
         yield engine
     lora_reference.free_models()
 
 
 @pytest.fixture
-async def client(aiohttp_client, lora_engine, model_path, adapters):
+def cold_engine(model_path, adapters) -> Iterator[Engine]:
+    """An engine no earlier request has used, for answers compared with the reference's cold
+    decode: where a sequence's cells sit in the KV cache changes CPU logits (with flash
+    attention, whose CPU kernel sums V in f16, enough to change a greedy token)."""
+    with adapter_engine(model_path, adapters) as engine:
+        yield engine
+
+
+def adapter_client(aiohttp_client, engine: Engine, model_path: Path, adapters: dict[str, Path]):
+    """A test client of an app on `engine` (a coroutine)."""
     settings = Settings(
         model=str(model_path),
         model_name=BASE,
@@ -84,7 +100,17 @@ async def client(aiohttp_client, lora_engine, model_path, adapters):
         allow_runtime_lora=True,
         draft_max=0,
     )
-    return await aiohttp_client(create_app(settings, EngineClient(lora_engine)))
+    return aiohttp_client(create_app(settings, EngineClient(engine)))
+
+
+@pytest.fixture
+async def client(aiohttp_client, lora_engine, model_path, adapters):
+    return await adapter_client(aiohttp_client, lora_engine, model_path, adapters)
+
+
+@pytest.fixture
+async def cold_client(aiohttp_client, cold_engine, model_path, adapters):
+    return await adapter_client(aiohttp_client, cold_engine, model_path, adapters)
 
 
 def completion(prompt: str | list[int], model: str = BASE, **extra) -> dict:
@@ -225,12 +251,13 @@ async def test_scores_under_an_adapter_equal_a_float64_log_softmax_with_it(
 
 
 async def test_embeddings_and_chat_under_an_adapter_are_llamacpps_with_it(
-    client, lora_engine, model_path, adapters
+    cold_client, cold_engine, model_path, adapters
 ):
+    client = cold_client
     text = "a cat"
     tokens = await tokens_of(client, text)
     chat_prompt = ChatPrompt((ChatTurn("user", "Say hi"),))
-    chat_tokens = lora_engine.prepare(GenerationRequest(chat_prompt, SamplingParams())).tokens
+    chat_tokens = cold_engine.prepare(GenerationRequest(chat_prompt, SamplingParams())).tokens
     chat = {"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 6, "temperature": 0}
     vectors, answers = [], []
     for model, applied in ((BASE, []), ("alpha", [(adapters["alpha"], 1.0)])):

@@ -18,6 +18,7 @@ from PIL import Image
 
 from edgeserve.engine.llama.model import MAX_UBATCH
 from edgeserve.engine.types import MEDIA_MARKER, ChatPrompt, ChatTurn, Media
+from tests.fixtures.lora_reference import GENERATION_FLASH_ATTN
 
 
 def image_bytes(seed: int, size: tuple[int, int] = (64, 48), fmt: str = "PNG") -> bytes:
@@ -116,7 +117,7 @@ def llama_cpp_logits(
         cparams.n_threads = cparams.n_threads_batch = n_threads
         cparams.kv_unified = True
         cparams.swa_full = True
-        cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_DISABLED  # as the engine's default
+        cparams.flash_attn_type = GENERATION_FLASH_ATTN  # as the engine's default
         ctx = lc.llama_init_from_model(model, cparams)
         try:
             n_past = lc.llama_pos(0)

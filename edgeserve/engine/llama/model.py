@@ -17,7 +17,12 @@ from edgeserve.engine.llama.embeddings import (
     PooledEmbeddings,
 )
 from edgeserve.engine.llama.lora import LoraWeights
-from edgeserve.engine.llama.native_log import first_complaint, init_backend, native_complaints
+from edgeserve.engine.llama.native_log import (
+    first_complaint,
+    flash_attention,
+    init_backend,
+    native_complaints,
+)
 from edgeserve.engine.llama.pages import new_context, trim_heap
 from edgeserve.engine.llama.vocab import Vocabulary
 from edgeserve.engine.ports import DecodeLimits, EmbedSpan
@@ -35,6 +40,12 @@ _OWN_POOLING = {
     str(lc.LLAMA_POOLING_TYPE_MEAN),
     str(lc.LLAMA_POOLING_TYPE_CLS),
     str(lc.LLAMA_POOLING_TYPE_LAST),
+}
+# --flash-attn as llama.cpp's flash_attn_type.
+FLASH_ATTN_TYPES = {
+    "auto": lc.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    "on": lc.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    "off": lc.LLAMA_FLASH_ATTN_TYPE_DISABLED,
 }
 # What a model is loaded for: the served (chat) model, the dedicated --embedding-model, or the
 # --draft-model of speculative decoding.
@@ -99,6 +110,9 @@ class LoadedModel(Vocabulary):
         self.embedding_only = role == "embedding"
         self.ctx: Any = None
         self.memory: Any = None
+        # Whether the generation context runs flash attention, as llama.cpp resolved
+        # --flash-attn (None: its log did not say).
+        self.flash_attn: bool | None = None
         # (address, bytes) of the generation context's KV cache in host memory (see
         # pages.new_context), for tests that check how much of it is resident.
         self.kv_pages: list[tuple[int, int]] = []
@@ -107,13 +121,15 @@ class LoadedModel(Vocabulary):
         self.gpu_offload = bool(lc.llama_supports_gpu_offload())
         self.n_gpu_layers = min(self.n_layer + 1, mparams.n_gpu_layers) if self.gpu_offload else 0
         log.info(
-            "loaded %s: %d layers, vocab %d, n_ctx %d, %d sequences, %d threads",
+            "loaded %s: %d layers, vocab %d, n_ctx %d, %d sequences, %d threads, "
+            "flash attention %s",
             path,
             self.n_layer,
             self.n_vocab,
             self.n_ctx,
             config.parallel,
             self.n_threads,
+            _on_off(self.flash_attn) if self.ctx is not None else "(no generation context)",
         )
 
     def _open(self, pooling: str | None) -> None:
@@ -147,6 +163,7 @@ class LoadedModel(Vocabulary):
             )
             cparams.embeddings = True
             cparams.pooling_type = lc.LLAMA_POOLING_TYPE_RANK
+            _as_reference(cparams)
         elif self.role == "draft":
             # A draft decode needs at most one logit row per sequence (draft_model.py).
             cparams = self._context_params(
@@ -162,13 +179,27 @@ class LoadedModel(Vocabulary):
                 n_outputs=config.parallel + self.limits.draft_rows,
             )
             cparams.swa_full = not self.window_sized
-        ctx, self.kv_pages = new_context(self.model, cparams)
+        with native_complaints() as complaints, flash_attention() as fa:
+            ctx, self.kv_pages = new_context(self.model, cparams)
         if not ctx:
-            raise ModelLoadError(
-                f"llama.cpp could not create a context of {config.n_ctx} tokens "
-                f"x {config.parallel} sequences (out of memory?)"
-            )
+            raise ModelLoadError(self._context_failure(complaints))
+        self.flash_attn = fa.on
         return ctx, lc.llama_get_memory(ctx)
+
+    def _context_failure(self, complaints: list[str]) -> str:
+        """One line on why llama.cpp made no generation context, with its own reason."""
+        config = self.config
+        reason = first_complaint(complaints)
+        if "quantized V cache" in reason:  # flash attention resolved off (or forced off)
+            return (
+                f"--kv-cache-type {config.kv_cache_type} needs flash attention, which llama.cpp "
+                f"does not run for {self.path} on this backend ({reason}): use --kv-cache-type "
+                "f16, or a backend with flash attention"
+            )
+        return (
+            f"llama.cpp could not create a context of {config.n_ctx} tokens "
+            f"x {config.parallel} sequences ({reason}; out of memory?)"
+        )
 
     def apply_adapters(self, ctx: Any) -> None:
         """Make `ctx` decode under `adapters` before a decode in it."""
@@ -216,11 +247,7 @@ class LoadedModel(Vocabulary):
         # window-sized ones unless --swa-full: see checkpoint_budget).
         cparams.swa_full = True
         cparams.no_perf = True
-        cparams.flash_attn_type = (
-            lc.LLAMA_FLASH_ATTN_TYPE_ENABLED
-            if config.flash_attn
-            else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        )
+        cparams.flash_attn_type = FLASH_ATTN_TYPES[config.flash_attn]
         kv_type = getattr(lc, f"GGML_TYPE_{config.kv_cache_type.upper()}")  # f16, q8_0, q4_0
         cparams.type_k = kv_type
         cparams.type_v = kv_type
@@ -294,6 +321,7 @@ class LoadedModel(Vocabulary):
         if self._score_ctx is None:
             rows = self.limits.score_rows
             cparams = self._context_params(n_seq=1, n_batch=rows, n_outputs=rows)
+            _as_reference(cparams)
             ctx, _ = new_context(self.model, cparams)
             if not ctx:
                 raise RuntimeError("llama.cpp could not create the scoring context")
@@ -325,18 +353,16 @@ class LoadedModel(Vocabulary):
             )
             cparams.embeddings = True
             cparams.pooling_type = self.embed_pooling
+            _as_reference(cparams)
             self._embeddings = PooledEmbeddings(
                 self._embeddings_context(cparams), size, self.n_embd
             )
             return self._embeddings
-        # Room for one text cut across decodes and the next chunk; f16 and plain attention
-        # as in llama.cpp's own embeddings (llama-cpp-python's defaults), whatever the
-        # generation context uses.
+        # Room for one text cut across decodes and the next chunk.
         cparams = self._context_params(
             n_seq=seqs, n_batch=chunk, n_outputs=chunk, n_ctx=size + chunk
         )
-        cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        cparams.type_k = cparams.type_v = lc.GGML_TYPE_F16
+        _as_reference(cparams)
         reader = HiddenStateReader(self.n_embd)
         cparams.cb_eval = reader.callback
         ctx = self._embeddings_context(cparams)
@@ -385,6 +411,20 @@ class LoadedModel(Vocabulary):
     def close(self) -> None:
         """Free the contexts and the model."""
         self._stack.close()
+
+
+def _as_reference(cparams: Any) -> None:
+    """Plain attention over an f16 KV cache, whatever --flash-attn and --kv-cache-type say:
+    the scoring, classifier and embeddings contexts compute what llama.cpp's own scoring and
+    embeddings compute (llama-cpp-python's `Llama`, whose defaults these are, and which their
+    tests compare them with), and flash attention changes logits in their last digits. A
+    quantized V cache needs flash attention, hence f16."""
+    cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    cparams.type_k = cparams.type_v = lc.GGML_TYPE_F16
+
+
+def _on_off(flag: bool | None) -> str:
+    return "unknown" if flag is None else "on" if flag else "off"
 
 
 def _model_params(config: EngineConfig) -> Any:

@@ -8,6 +8,7 @@ import ctypes
 import logging
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import llama_cpp as lc
@@ -22,6 +23,13 @@ _load_errors: list[str] | None = None
 # While a context is made, the sizes of the KV buffers llama.cpp allocates in host memory.
 _kv_sizes: list[int] | None = None
 _KV_BUFFER = re.compile(r"\bCPU KV buffer size =\s*([\d.]+) MiB")
+# While a context is made, what llama.cpp says of its flash attention: the type it is made with
+# ("flash_attn = auto|enabled|disabled"), then, for auto, what the backend resolved it to
+# ("Flash Attention enabled", "Flash Attention not supported, set to disabled").
+_flash_attn_words: list[str] | None = None
+_FLASH_ATTN = re.compile(
+    r"\bflash_attn +=\s*(auto|enabled|disabled)\b|\bFlash Attention (enabled|not supported)\b"
+)
 
 
 @lc.llama_log_callback
@@ -31,6 +39,8 @@ def _on_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
     line = text.decode("utf-8", "replace").rstrip()
     if _kv_sizes is not None and (match := _KV_BUFFER.search(line)):
         _kv_sizes.append(round(float(match[1]) * 2**20))
+    if _flash_attn_words is not None and (match := _FLASH_ATTN.search(line)):
+        _flash_attn_words.append(match[1] or match[2])
     if _load_errors is not None and py_level >= logging.ERROR:
         _load_errors.append(line)
     elif _llama_log.isEnabledFor(py_level):
@@ -82,3 +92,26 @@ def host_kv_buffers() -> Iterator[list[int]]:
         yield sizes
     finally:
         _kv_sizes = None
+
+
+@dataclass
+class FlashAttention:
+    """Whether a context runs flash attention, from llama.cpp's log while it is made (the C
+    API does not say): `on` is None until the block ends, and stays None if the log did not
+    say."""
+
+    on: bool | None = None
+
+
+@contextlib.contextmanager
+def flash_attention() -> Iterator[FlashAttention]:
+    """Read from llama.cpp's log whether the context the block makes runs flash attention."""
+    global _flash_attn_words
+    _flash_attn_words = words = []
+    found = FlashAttention()
+    try:
+        yield found
+    finally:
+        _flash_attn_words = None
+        last = words[-1] if words else "auto"  # auto unresolved: unknown
+        found.on = {"enabled": True, "disabled": False, "not supported": False}.get(last)
