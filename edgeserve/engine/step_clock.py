@@ -16,6 +16,7 @@ Everything but `decode` is the engine's own work, which a one-stream decode wait
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 PHASES = ("intake", "plan", "decode", "sample", "account", "deliver")
 
@@ -23,17 +24,18 @@ PHASES = ("intake", "plan", "decode", "sample", "account", "deliver")
 class StepClock:
     """Running seconds per phase (engine thread only; `totals` is read from any thread)."""
 
-    def __init__(self) -> None:
+    def __init__(self, timer: Callable[[], float] = time.perf_counter) -> None:
         self.seconds = dict.fromkeys(PHASES, 0.0)
-        self._mark = time.perf_counter()
+        self._timer = timer
+        self._mark = timer()
 
     def begin(self) -> None:
         """A step starts: what follows is timed from now."""
-        self._mark = time.perf_counter()
+        self._mark = self._timer()
 
     def lap(self, phase: str) -> None:
         """The time since the last lap (or `begin`) was spent in `phase`."""
-        now = time.perf_counter()
+        now = self._timer()
         self.seconds[phase] += now - self._mark
         self._mark = now
 

@@ -51,6 +51,34 @@ async def test_metrics_without_keys_configured(client):
     assert sample(found, "edgeserve_slots") == 8
 
 
+async def test_metrics_say_where_the_engine_thread_spent_its_steps(client):
+    # The phases cut each step's wall time into pieces: after a streamed answer they have
+    # grown by no more than the time that passed (a stretch counted twice would exceed it),
+    # llama_decode took some of it and so did sampling and each token's bookkeeping.
+    phases = ("intake", "plan", "decode", "sample", "account", "deliver")
+    before = await scrape(client)
+    started = asyncio.get_running_loop().time()
+    body = chat(max_tokens=8, temperature=0.7, seed=3, logit_bias=EOS_BAN, stream=True)
+    resp = await client.post(CHAT, json=body)
+    assert resp.status == 200
+    events, done = parse_events(await resp.read())
+    assert done and len(events) >= 8
+    elapsed = asyncio.get_running_loop().time() - started
+    after = await scrape(client)
+    grown = {
+        phase: sample(after, "edgeserve_engine_phase_seconds_total", phase=phase)
+        - sample(before, "edgeserve_engine_phase_seconds_total", phase=phase)
+        for phase in phases
+    }
+    steps = sample(after, "edgeserve_engine_steps_total") - sample(
+        before, "edgeserve_engine_steps_total"
+    )
+    assert steps >= 2  # the prompt, then at least one step a generated token after the first
+    assert all(seconds >= 0 for seconds in grown.values()), grown
+    assert grown["decode"] > 0 and grown["sample"] > 0 and grown["account"] > 0, grown
+    assert sum(grown.values()) <= elapsed, (grown, elapsed)
+
+
 async def test_metrics_count_a_chat_request(client):
     body = chat(max_tokens=6, temperature=0, logit_bias=EOS_BAN)
     resp = await client.post(CHAT, json=body)

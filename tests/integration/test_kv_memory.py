@@ -27,10 +27,12 @@ N_CTX = 32768
 # Gemma 3 270M: 3 of its 18 layers attend to the whole context, K and V 256 halves a cell each.
 FULL_KV_BYTES = 3 * N_CTX * 2 * 256 * 2
 PROMPT = inventory(0, 40) + "\nWhich lamp was in room 3?"  # ~800 tokens
-# What ~800 cells' pages bring back at least: the sliding-window layers' caches (1536 cells,
-# 22 MiB) fill, the full-attention layers' first ~1k cells too (K rows lie end to end, V is
-# stored by column: a page per 2048 cells of each of its 256 rows, 3 MiB).
-FILLED_BYTES = 16 * 2**20
+# What ~800 cells' pages bring back at least: their K and V rows in all 18 layers (18 KiB a
+# cell, ~14 MiB). With flash attention (the default on this build) V rows lie end to end like
+# K's, so that is about all the prompt touches (measured 15.4 MiB); without it V is stored by
+# column, a page per 2048 cells of each of its 256 rows, and the window layers' whole caches
+# fill (22 MiB).
+FILLED_BYTES = 12 * 2**20
 
 
 def anon_rss() -> int:
