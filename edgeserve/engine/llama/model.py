@@ -16,6 +16,7 @@ from edgeserve.engine.llama.embeddings import (
     HiddenStateReader,
     PooledEmbeddings,
 )
+from edgeserve.engine.llama.logit_rows import logit_row
 from edgeserve.engine.llama.lora import LoraWeights
 from edgeserve.engine.llama.native_log import (
     first_complaint,
@@ -444,40 +445,6 @@ def _load_file(path: str, mparams: Any) -> Any:
     if not model:
         raise ModelLoadError(f"{path} is not a loadable GGUF ({first_complaint(complaints)})")
     return model
-
-
-class RowViews:
-    """numpy views of logit rows by address. llama.cpp keeps a context's output rows in one
-    buffer it reuses from decode to decode, so the same few addresses come back every step;
-    making a view (`np.ctypeslib.as_array`: a new ctypes array type) costs ~50 µs a token,
-    looking one up well under 1 µs. A view only ever stands for an address llama.cpp has just
-    returned for a row of `n_vocab` floats, so it is as valid as a fresh one."""
-
-    LIMIT = 4096  # distinct addresses kept (the buffer moves only when it grows)
-
-    def __init__(self) -> None:
-        self._views: dict[tuple[int, int], np.ndarray] = {}
-
-    def row(self, ctx: Any, index: int, n_vocab: int) -> np.ndarray:
-        """Batch output `index`'s logits in `ctx` (see `logit_row`)."""
-        pointer = lc.llama_get_logits_ith(ctx, index)
-        key = (ctypes.cast(pointer, ctypes.c_void_p).value or 0, n_vocab)
-        view = self._views.get(key)
-        if view is None:
-            if len(self._views) >= self.LIMIT:
-                self._views.clear()
-            view = np.ctypeslib.as_array(pointer, shape=(n_vocab,))
-            self._views[key] = view
-        return view
-
-
-_ROW_VIEWS = RowViews()
-
-
-def logit_row(ctx: Any, index: int, n_vocab: int) -> np.ndarray:
-    """Batch output `index`'s logits in `ctx`, a view into llama.cpp's buffer (no copy),
-    valid until that context's next decode."""
-    return _ROW_VIEWS.row(ctx, index, n_vocab)
 
 
 def _read_metadata(model: Any) -> dict[str, str]:

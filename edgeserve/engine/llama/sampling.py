@@ -39,7 +39,7 @@ import llama_cpp as lc
 import numpy as np
 
 from edgeserve.engine.draw import PENALTY_LAST_N, RowSampler
-from edgeserve.engine.llama.model import logit_row
+from edgeserve.engine.llama.logit_rows import logit_row
 from edgeserve.engine.types import SamplingParams
 from edgeserve.errors import InvalidPrompt
 
