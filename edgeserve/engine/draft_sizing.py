@@ -3,10 +3,12 @@ draft_model.py: a second model's greedy tokens), at most `--draft-max` each.
 
 Once the step costs are measured (`StepCost`, step_cost.py), n-gram drafts take the lengths
 that give the step the most expected tokens per second (`speculation.best_lengths`), within
-the pace every sequence of the step is owed: beside other streams, drafts may make the step
-(every stream's gap between two tokens) at most DRAFT_SHARE longer. A draft model's
-drafts, n-gram drafts before the costs are known, and a seeded sampled answer's drafts take
-the positions whose chance of being kept is above a threshold instead.
+the pace every sequence of the step is owed: drafts may make the step (every stream's gap
+between two tokens) at most DRAFT_SHARE longer, unless a greedy stream is alone (it drafts
+what pays: greedy answers are the ones that copy their input for long stretches, and a
+reader alone takes a burst of tokens after a longer gap as a gain). A draft model's drafts,
+n-gram drafts before the costs are known, and a seeded sampled answer's drafts take the
+positions whose chance of being kept is above a threshold instead.
 
 Pure bookkeeping (no llama.cpp import, no threads), like the planner that owns it.
 """
@@ -25,11 +27,12 @@ from edgeserve.engine.speculation import (
 )
 from edgeserve.engine.step_cost import PRIOR_THRESHOLD, StepCost
 
-# Beside other streams, drafts may make a step at most this share longer than it is without
-# them (`speculation.keeps_pace`), so every stream's gap between two tokens stays within 15%
-# of its plain pace: PRODUCT.md holds inter-token p99 to llama-server's, whose gaps are about
-# 15% above a plain step here. On a GPU a row costs little of a step and streams beside others
-# still draft; on a small CPU, where 8 rows cost 39% more than 4, only a stream alone drafts.
+# Drafts may make a step at most this share longer than it is without them
+# (`speculation.keeps_pace`; a greedy stream alone excepted), so every stream's gap between
+# two tokens stays within 15% of its plain pace: PRODUCT.md holds inter-token p99 to
+# llama-server's, whose gaps are about 15% above a plain step here. On a GPU a row costs
+# little of a step and every stream drafts; on a small CPU, where 8 rows cost 39% more than
+# 4 and one more row 30% more than one, only a greedy stream alone drafts.
 DRAFT_SHARE = 0.15
 # A step is taken to cost at least this much (a measured 0 would make any draft free).
 MIN_STEP_SECONDS = 1e-6
@@ -41,10 +44,13 @@ Drafting = list[tuple[int, Job, Choice, int]]
 class DraftSizer:
     """Decides each step's drafts (see the module docstring)."""
 
-    def __init__(self, n_ctx: int, draft_max: int, draft_model: DraftModel | None) -> None:
+    def __init__(
+        self, n_ctx: int, draft_max: int, draft_model: DraftModel | None, offloaded: bool
+    ) -> None:
         self.n_ctx = n_ctx
         self.draft_max = draft_max
         self.draft_model = draft_model  # drafts in place of n-gram lookups when set
+        self.offloaded = offloaded  # the model's layers run on a GPU: a row costs little
 
     def drafts(
         self, stepping: list[tuple[Job, Choice]], spare: int, cost: StepCost
@@ -60,6 +66,8 @@ class DraftSizer:
         for i, (job, choice) in enumerate(stepping):
             if self.draft_max <= 0 or choice.sampler.detached:
                 continue
+            if job.request.params.seeded and not self.offloaded:
+                continue  # see below
             if self.draft_model is not None and job.prompt.media:
                 continue  # the draft model reads tokens; a media item has none
             if choice.drafter is None:
@@ -73,17 +81,22 @@ class DraftSizer:
         if not drafting:
             return drafts
         sequences = len(stepping)
+        share = None if sequences == 1 and stepping[0][0].request.params.greedy else DRAFT_SHARE
         # A seeded sampled answer drafts by its own acceptance against the prior threshold,
         # not by the measured costs, which change with whatever else ran: llama.cpp gives a
         # row slightly different values in a batch of another shape, so the same seed would
-        # otherwise sample differently from run to run.
+        # otherwise sample differently from run to run. Without the costs its drafts cannot
+        # be held to its pace, so it drafts only where rows are cheap by construction (the
+        # model on a GPU) and not at all on the CPU.
         seeded = [entry for entry in drafting if entry[1].request.params.seeded]
         if seeded:
             drafting = [entry for entry in drafting if not entry[1].request.params.seeded]
             spare -= self._threshold_drafts(drafts, seeded, sequences, spare, cost, PRIOR_THRESHOLD)
         if self.draft_model is None and cost.line() is not None:
-            self._best_ngram_drafts(drafts, drafting, sequences, min(spare, STEP_ROWS), cost)
+            most = min(spare, STEP_ROWS)
+            self._best_ngram_drafts(drafts, drafting, sequences, most, cost, share)
         else:
+            spare = min(spare, self._paced_rows(cost, sequences, share))
             self._threshold_drafts(drafts, drafting, sequences, spare, cost)
         return drafts
 
@@ -94,6 +107,7 @@ class DraftSizer:
         sequences: int,
         most: int,
         cost: StepCost,
+        share: float | None,
     ) -> None:
         """Fill `drafts` with the n-gram drafts of the lengths that give the step the most
         expected tokens per second (`speculation.best_lengths`, from each sequence's
@@ -110,13 +124,13 @@ class DraftSizer:
             assert isinstance(choice.drafter, Drafter)
             candidates[i] = choice.drafter.lookup(choice.generated, limit)
             chances[i] = choice.drafter.chances(len(candidates[i]))
-        lengths = best_lengths(chances, step_seconds, most, DRAFT_SHARE)
+        lengths = best_lengths(chances, step_seconds, most, share)
         for i, _, choice, _ in drafting:
             assert isinstance(choice.drafter, Drafter)
             chosen = lengths[i]
             lengths[i] = choice.drafter.settle(len(candidates[i]), chosen)
             if lengths[i] > chosen and (
-                sum(lengths) > most or not keeps_pace(lengths, step_seconds, DRAFT_SHARE)
+                sum(lengths) > most or not keeps_pace(lengths, step_seconds, share)
             ):
                 lengths[i] = chosen  # no room for the probe this step
             drafts[i] = candidates[i][: lengths[i]]
@@ -132,16 +146,14 @@ class DraftSizer:
     ) -> int:
         """Fill `drafts` with each sequence's positions whose chance of being kept is above
         `threshold` (by default `StepCost.threshold`, raised by a draft model's own cost), at
-        most `draft_room` each and, beside other streams, DRAFT_SHARE of the step in all; a
-        draft model is asked once for all of them. Returns the tokens drafted."""
+        most `draft_room` each and `spare` in all; a draft model is asked once for all of
+        them. Returns the tokens drafted."""
         room = draft_room(sequences, self.draft_max)
         given = threshold
         threshold = cost.threshold(sequences) if given is None else given
         if self.draft_model is not None:
             step_s = cost.generation_seconds(max(1, sequences))
             threshold += self.draft_model.step_share(step_s)
-        if given is None:
-            spare = min(spare, self._rows_beside(cost, sequences))
         drafted = 0
         wants: list[tuple[int, DraftWant]] = []
         for i, job, choice, limit in drafting:
@@ -161,13 +173,13 @@ class DraftSizer:
                 drafts[i] = draft
         return drafted
 
-    def _rows_beside(self, cost: StepCost, sequences: int) -> int:
-        """Drafted rows a step of `sequences` next tokens may carry in all: a sequence alone
-        drafts what pays for itself, but beside others its drafts may add only DRAFT_SHARE
-        to the step (each row delays every other stream's next token). Unbounded until a
-        row's cost is measured."""
+    def _paced_rows(self, cost: StepCost, sequences: int, share: float | None) -> int:
+        """Drafted rows a step of `sequences` next tokens may carry in all: what pays, for
+        a greedy stream alone (`share` None); otherwise what adds at most `share` to the
+        step (each row delays every stream's next token). Unbounded until a row's cost is
+        measured."""
         per_row = cost.row_seconds()
         step = cost.generation_seconds(sequences)
-        if sequences <= 1 or per_row <= 0.0 or step is None:
+        if share is None or per_row <= 0.0 or step is None:
             return STEP_ROWS
-        return int(DRAFT_SHARE * step / per_row)
+        return int(share * step / per_row)

@@ -44,6 +44,7 @@ class Loaded:
             draft_model=(
                 DraftModel(draft, catch_up_tokens(config.prefill_chunk)) if draft else None
             ),
+            offloaded=backend.n_gpu_layers > 0,
         )
         self.softmax = LogSoftmax(backend.n_vocab)
         self.outbox = Outbox()

@@ -152,11 +152,12 @@ class Planner:
         draft_max: int,
         draft_model: DraftModel | None,
         checkpoint_spacing: int = 0,
+        offloaded: bool = False,
     ) -> None:
         self.n_ctx = n_ctx
         self.checkpoint_spacing = checkpoint_spacing
         self.prefill_chunk = max(1, prefill_chunk)
-        self.draft_sizer = DraftSizer(n_ctx, draft_max, draft_model)
+        self.draft_sizer = DraftSizer(n_ctx, draft_max, draft_model, offloaded)
         self.step_cost = StepCost()
         self.adapter_turns = AdapterTurns()
         self._score_turn = True

@@ -54,6 +54,7 @@ class Scheduler:
         prefill_chunk: int,
         draft_max: int = 0,
         draft_model: DraftModel | None = None,
+        offloaded: bool = False,
     ) -> None:
         self.kv = kv
         self.n_ctx = n_ctx
@@ -66,6 +67,7 @@ class Scheduler:
             draft_max=draft_max,
             draft_model=draft_model,
             checkpoint_spacing=self.windows.spacing,
+            offloaded=offloaded,
         )
         self.slots = SlotPool(n_seq)
         self.sharing = SharedCells(n_seq)

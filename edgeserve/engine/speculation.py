@@ -16,11 +16,12 @@ lengths that give it the most expected tokens per second (`best_lengths`), withi
 every sequence of the step is owed (`keeps_pace`). On a GPU an extra logit row costs a small
 share of a step and long drafts pay even when half of them is kept; on a small CPU one row is
 a vector product and several a matrix one (Gemma 3 270M on 2 AVX2 cores: 17 ms for one row,
-44 for four, 83 for sixteen), so a stream alone drafts only when it copies, and then long. A
-sequence whose drafts do not pay drafts a short probe after a growing wait, to notice when its
-answer starts copying. Before the costs are measured (and for a draft model, whose own cost
-adds to each position's), a sequence drafts the positions whose chance of being kept is above
-the share of the step one more row costs (`DraftPace.length`, `StepCost.threshold`).
+44 for four, 83 for sixteen), so a greedy stream alone drafts only when it copies, and then
+long, while a sampled one, held to its pace, does not draft there. A sequence whose drafts do
+not pay drafts a short probe after a growing wait, to notice when its answer starts copying.
+Before the costs are measured (and for a draft model, whose own cost adds to each position's),
+a sequence drafts the positions whose chance of being kept is above the share of the step one
+more row costs (`DraftPace.length`, `StepCost.threshold`).
 """
 
 from __future__ import annotations
@@ -175,7 +176,7 @@ def best_lengths(
     chances: Sequence[Sequence[float]],
     step_seconds: Callable[[int], float],
     most: int,
-    share: float,
+    share: float | None,
 ) -> list[int]:
     """How many of its candidate tokens each of a step's sequences drafts: the lengths that
     give the most expected tokens per second of the step, at most `most` in all, among those
@@ -202,13 +203,15 @@ def best_lengths(
     return best
 
 
-def keeps_pace(lengths: Sequence[int], step_seconds: Callable[[int], float], share: float) -> bool:
-    """Whether drafts of `lengths` keep every sequence's pace: alone a sequence drafts what
-    it likes, but beside others the step may take at most (1 + share) times as long as
-    without drafts, so no stream's next token waits more than `share` longer for drafts (the
-    gap between two tokens is what a reader of a stream sees, and what its 99th percentile
-    is judged by, not only the mean rate)."""
-    sequences = len(lengths)
-    if sequences <= 1:
+def keeps_pace(
+    lengths: Sequence[int], step_seconds: Callable[[int], float], share: float | None
+) -> bool:
+    """Whether drafts of `lengths` keep every sequence's pace: the step may take at most
+    (1 + share) times as long as without drafts, so no stream's next token waits more than
+    `share` longer for drafts (the gap between two tokens is what a reader of a stream sees,
+    and what its 99th percentile is judged by, not only the mean rate). A `share` of None
+    sets no bound (a greedy stream alone drafts what pays)."""
+    if share is None:
         return True
+    sequences = len(lengths)
     return step_seconds(sequences + sum(lengths)) <= (1.0 + share) * step_seconds(sequences)

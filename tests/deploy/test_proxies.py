@@ -20,6 +20,7 @@ NGINX_CONF = REPO / "deploy" / "nginx.conf"
 HAPROXY_CFG = REPO / "deploy" / "haproxy.cfg"
 SEEN = web.AppKey("seen", list)
 
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -32,7 +32,7 @@ async def _answer_to_partial_body(
             f"Content-Length: {declared}",
             *(f"{name}: {value}" for name, value in headers.items()),
         ]
-        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + b'[{},{},{},')
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + b"[{},{},{},")
         await writer.drain()
         async with asyncio.timeout(ANSWER_WAIT_S):
             status_line = await reader.readline()

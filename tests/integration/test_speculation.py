@@ -91,17 +91,6 @@ async def test_disconnect_while_drafting_leaves_only_verified_cells(client, engi
     await assert_engine_idle(engine)
 
 
-async def test_n_choices_draft_independently(client, engine):
-    # n > 1 always samples (as the reference does); each choice drafts from its own answer.
-    resp = await client.post(CHAT, json=body(max_tokens=24, n=3, temperature=0.2, seed=3))
-    data = await resp.json()
-    assert resp.status == 200 and len(data["choices"]) == 3
-    assert data["usage"]["completion_tokens"] == 72 or any(
-        c["finish_reason"] == "stop" for c in data["choices"]
-    )
-    await assert_engine_idle(engine)
-
-
 async def test_an_idle_engine_hands_its_logit_rows_back(client, engine, monkeypatch):
     # A drafting step asks for a logit row per drafted token: llama.cpp grows its output
     # buffer to that many rows (a MiB each on Gemma's 262k vocabulary) and zeroes them, so

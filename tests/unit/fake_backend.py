@@ -215,7 +215,9 @@ class FakeSampler:
 class FakeBackend:
     """The `Backend` protocol, scripted (see the module docstring)."""
 
-    def __init__(self, config: EngineConfig, window: int = 0, budget: int | None = None) -> None:
+    def __init__(
+        self, config: EngineConfig, window: int = 0, budget: int | None = None, gpu: bool = False
+    ) -> None:
         self.config = config
         self.n_ctx = config.n_ctx
         self.n_vocab = VOCAB
@@ -231,8 +233,8 @@ class FakeBackend:
         self.add_bos = True
         self.bos = BOS
         self.max_piece_bytes = 1
-        self.gpu_offload = False
-        self.n_gpu_layers = 0
+        self.gpu_offload = gpu  # only what the engine decides by: the fake runs on the CPU
+        self.n_gpu_layers = 1 if gpu else 0
         self.flash_attn = False
         self.tokenizer_info = TokenizerInfo(
             "fake", "<bos>", "<eos>", None, True, False, VOCAB, config.n_ctx, ""

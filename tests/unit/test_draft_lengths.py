@@ -49,11 +49,11 @@ def all_lengths(kept: Sequence[Sequence[float]]) -> list[tuple[int, ...]]:
 
 
 def test_a_copying_stream_alone_drafts_long_and_a_guessing_one_not_at_all():
-    copying = best_lengths([chances(0.97, 16)], cpu, 32, 1.0)
+    copying = best_lengths([chances(0.97, 16)], cpu, 32, None)
     assert copying[0] in (11, 15), "a draft that ends the step on a multiple of 4 rows"
-    assert best_lengths([chances(0.5, 16)], cpu, 32, 1.0) == [0]
+    assert best_lengths([chances(0.5, 16)], cpu, 32, None) == [0]
     # One row more makes a matrix of a vector product: a 1-token draft never pays here.
-    assert best_lengths([chances(0.99, 1)], cpu, 32, 1.0) == [0]
+    assert best_lengths([chances(0.99, 1)], cpu, 32, None) == [0]
 
 
 def test_rows_are_cheap_on_a_gpu_so_even_unsure_tokens_are_drafted():
@@ -77,16 +77,16 @@ def test_without_the_pace_rule_the_lengths_are_the_best_there_are(seed):
     rng = random.Random(seed)
     kept = [chances(rng.uniform(0.2, 1.0), rng.randint(0, 4)) for _ in range(rng.randint(1, 3))]
     table = {rows: rng.uniform(0.01, 0.05) + 0.004 * rows for rows in range(1, 16)}
-    lengths = best_lengths(kept, table.__getitem__, 64, float("inf"))
+    lengths = best_lengths(kept, table.__getitem__, 64, None)
     best = max(rate(option, kept, table.__getitem__) for option in all_lengths(kept))
     assert rate(lengths, kept, table.__getitem__) == pytest.approx(best)
     assert all(0 <= k <= len(c) for k, c in zip(lengths, kept, strict=True))
 
 
 @pytest.mark.parametrize("seed", range(200))
-def test_beside_others_no_step_is_longer_than_the_share_allows(seed):
+def test_no_step_is_longer_than_the_share_allows(seed):
     rng = random.Random(seed)
-    kept = [chances(rng.uniform(0.0, 1.0), rng.randint(0, 8)) for _ in range(rng.randint(2, 5))]
+    kept = [chances(rng.uniform(0.0, 1.0), rng.randint(0, 8)) for _ in range(rng.randint(1, 5))]
     share = rng.choice([0.05, 0.15, 0.5, 1.0])
     lengths = best_lengths(kept, cpu, 32, share)
     plain = cpu(len(kept))
@@ -111,14 +111,19 @@ def test_with_the_engine_s_share_streams_beside_others_draft_on_a_gpu_not_on_thi
     # or seven others would stretch every stream's gap past llama-server's.
     assert best_lengths(copying, cpu, 32, DRAFT_SHARE) == [0, 0, 0, 0]
     assert best_lengths([chances(0.95, 16)] * 8, cpu, 32, DRAFT_SHARE) == [0] * 8
-    # Alone, the same stream drafts long.
-    assert best_lengths(copying[:1], cpu, 32, DRAFT_SHARE)[0] >= 11
+    # Alone, the same stream drafts long when unbounded (a greedy stream), nothing when held
+    # to the share (a sampled one: one more row costs twice a row here).
+    assert best_lengths(copying[:1], cpu, 32, None)[0] >= 11
+    assert best_lengths(copying[:1], cpu, 32, DRAFT_SHARE) == [0]
     gpu = linear(0.010, 0.0002)
     # A 4-row step is 10.8 ms and a row 0.2 ms: 15% longer holds 8 rows.
     assert best_lengths(copying, gpu, 32, DRAFT_SHARE) == [2, 2, 2, 2]
 
 
-def test_keeps_pace_alone_always():
-    assert keeps_pace([16], cpu, 0.0)
+def test_keeps_pace_binds_a_stream_alone_too_unless_unbounded():
+    assert keeps_pace([16], cpu, None) and keeps_pace([4, 4], cpu, None)
+    assert not keeps_pace([1], cpu, 0.5) and keeps_pace([1], cpu, 1.1)
     assert not keeps_pace([4, 0], cpu, 0.5)
-    assert keeps_pace([0, 0], cpu, 0.0)
+    assert keeps_pace([0, 0], cpu, 0.0) and keeps_pace([0], cpu, 0.0)
+    gpu = linear(0.010, 0.0002)
+    assert keeps_pace([7], gpu, DRAFT_SHARE) and not keeps_pace([8], gpu, DRAFT_SHARE)

@@ -35,7 +35,9 @@ class FixedRows(CheapRows):
 
 @pytest.fixture(autouse=True)
 def cheap_rows(monkeypatch) -> None:
+    """FixedRows on a backend that says it is on a GPU, where seeded sampled answers draft."""
     monkeypatch.setattr(Harness, "cost", FixedRows)
+    monkeypatch.setattr(Harness, "gpu", True)
 
 
 def harness(draft_model: str | None, **config) -> Harness:

@@ -74,15 +74,17 @@ class UnmeasuredCost(StepCost):
 
 class Harness:
     """An Engine on a FakeBackend, stepped by the test (no engine thread). `cost` is the
-    scheduler's StepCost."""
+    scheduler's StepCost; `gpu`, whether the backend says its layers are offloaded."""
 
     cost: type[StepCost] = UnmeasuredCost
+    gpu: bool = False
 
     def __init__(self, window: int = 0, budget: int | None = None, **config) -> None:
         defaults = {"model_path": "fake", "n_ctx": 256, "parallel": 4, "n_batch": 64}
         self.config = EngineConfig(**{**defaults, **config, "prefill_chunk": 8})
         self.engine = Engine(
-            self.config, backend_factory=partial(FakeBackend, window=window, budget=budget)
+            self.config,
+            backend_factory=partial(FakeBackend, window=window, budget=budget, gpu=self.gpu),
         )
         assert self.engine.load()
         self.backend: FakeBackend = self.engine.backend  # type: ignore[assignment]

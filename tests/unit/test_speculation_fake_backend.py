@@ -33,7 +33,11 @@ class CheapRows(UnmeasuredCost):
 
 @pytest.fixture(autouse=True)
 def cheap_rows(monkeypatch) -> None:
+    """Rows that cost CHEAP of a step, on a backend that says it is on a GPU: where every
+    kind of answer drafts (on the CPU a seeded sampled answer does not, see
+    test_on_the_cpu_sampled_answers_keep_their_pace)."""
     monkeypatch.setattr(Harness, "cost", CheapRows)
+    monkeypatch.setattr(Harness, "gpu", True)
 
 
 class MeasuredCpu(UnmeasuredCost):
@@ -353,3 +357,30 @@ def test_a_seeded_sampled_answer_drafts_by_its_own_acceptance(monkeypatch):
         monkeypatch.setattr(Harness, "cost", cost)
         runs.append(run(REPEATING, 8, max_tokens=30, temperature=1.0)[1].backend.decodes)
     assert [len(d) for d in runs[2]] != [len(d) for d in runs[3]]
+
+
+def most_drafted(h: Harness) -> int:
+    """The most drafted rows any of the harness's decodes carried."""
+    return max(drafted_rows(decode) for decode in h.backend.decodes)
+
+
+def test_on_the_cpu_sampled_answers_keep_their_pace(monkeypatch):
+    # Drafts that are always the greedy answer, from a backend on the CPU. A greedy stream
+    # alone drafts what pays; a sampled one (nearly greedy, so its drafts are kept) only what
+    # keeps its step within DRAFT_SHARE: nothing where one more row doubles a step, at most 7
+    # rows where a row is 0.2 ms of 10. A seeded sampled answer, whose drafts may not follow
+    # the measured costs, drafts nothing at all.
+    monkeypatch.setattr(NgramIndex, "continuation", oracle(64))
+    monkeypatch.setattr(Harness, "gpu", False)
+    sampled = {"max_tokens": 30, "temperature": 0.05}
+    monkeypatch.setattr(Harness, "cost", MeasuredCpu)
+    assert most_drafted(run(REPEATING, 8, max_tokens=30)[1]) >= 4
+    assert most_drafted(run(REPEATING, 8, **sampled)[1]) == 0
+    monkeypatch.setattr(Harness, "cost", MeasuredGpu)
+    assert 0 < most_drafted(run(REPEATING, 8, **sampled)[1]) <= 7
+    assert most_drafted(run(REPEATING, 8, max_tokens=30)[1]) == 8
+    for cost in (MeasuredCpu, MeasuredGpu):
+        monkeypatch.setattr(Harness, "cost", cost)
+        events, h = run(REPEATING, 8, seed=7, **sampled)
+        assert h.engine.stats().draft_tokens == 0
+        assert answers(events) == answers(run(REPEATING, 0, seed=7, **sampled)[0])

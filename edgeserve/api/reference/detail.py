@@ -298,8 +298,7 @@ class Detail:
         "under the adapter; choose another name."
     )
     LORA_NAME_TAKEN = (
-        "An adapter named {name} is already loaded; choose another lora_name, or unload it "
-        "first."
+        "An adapter named {name} is already loaded; choose another lora_name, or unload it first."
     )
     LORA_NO_FOLDER = (
         "lora_path {path} cannot be loaded: this server has no LoRA folder to load adapters "
