@@ -56,7 +56,7 @@ class Option:
     parse: Callable[[object], Any]
     help: str
     metavar: str
-    kind: Literal["value", "switch", "repeat"]
+    kind: Literal["value", "switch", "repeat", "table"]
     path: bool
     in_file: bool
     secret: bool
@@ -97,6 +97,8 @@ _FILE_KEYS = {opt.name: opt for opt in OPTIONS if opt.in_file}
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add one flag per setting to `parser`; values stay raw strings (None when not given)."""
     for opt in OPTIONS:
+        if opt.kind == "table":
+            continue  # only the config file holds tables
         help_text = f"{opt.help} [env {', '.join(opt.env)}; default {opt.shown}]"
         extra: dict[str, str] = {}
         if opt.kind == "switch":
@@ -142,6 +144,8 @@ def _lookup(
 ) -> Any:
     """The option's parsed value from the first layer that has it, or MISSING."""
     env_name = next((name for name in opt.env if environ.get(name, "").strip()), None)
+    if opt.kind == "table":
+        env_name = None  # only the config file holds tables
     if opt.name in flags:
         found: tuple[object, str, Path] = (flags[opt.name], opt.flag, Path.cwd())
     elif env_name is not None:
@@ -157,6 +161,8 @@ def _lookup(
         shown = "the value" if opt.secret else repr(raw)  # keep keys out of logs
         raise ConfigError(f"invalid {where}: {shown} {exc}") from None
     # Relative paths are relative to the working directory, or to the config file that named them.
+    if opt.name == "models":
+        return tuple(preset.rebased(base) for preset in value)
     if not opt.path:
         return value
     if isinstance(value, tuple):  # (name, path) pairs
@@ -216,7 +222,17 @@ def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         if value is not MISSING:
             values[opt.name] = value
 
-    if "model" not in values:
+    catalogue = "models_dir" in values or bool(values.get("models"))
+    if "models_dir" in values and not Path(values["models_dir"]).is_dir():
+        raise ConfigError(f"models folder not found: {values['models_dir']}")
+    for preset in values.get("models", ()):
+        if preset.model is None:
+            raise ConfigError(f"[models.{preset.name}] needs model = PATH (the GGUF file)")
+        if not Path(preset.model).is_file():
+            raise ConfigError(f"[models.{preset.name}]: model file not found: {preset.model}")
+    if "model" not in values and catalogue:
+        values["model"] = ""  # the catalogue alone: no model of --model's
+    elif "model" not in values:
         default = default_model_path(environ)
         if default is None:
             raise ConfigError(no_model_message(environ))
