@@ -27,6 +27,8 @@ read from the engine at scrape time:
     edgeserve_engine_phase_seconds_total{phase}     the engine thread's time in each phase of
                                                     its steps (engine/step_clock.py)
 
+With a catalogue of several models, every figure read from an engine carries a `model` label.
+
 Observations come from one place, the request-context middleware, once per finished request.
 """
 

@@ -71,7 +71,7 @@ def build_catalogue(settings: Settings) -> Catalogue:
     )
     if settings.model:
         entries[settings.model_name] = ModelEntry(
-            id=settings.model_name, config=base, load_at_start=True
+            id=settings.model_name, config=base, load_at_start=True, pinned=True
         )
     if settings.models_dir:
         for name, (path, mmproj) in scan_models_dir(Path(settings.models_dir)).items():

@@ -212,7 +212,7 @@ class Fleet:
             return
         self._retired.append(held)
         if held.leases == 0 and held.loading is None:
-            self._spawn(self._unload(held))
+            self._unload_soon(held)
 
     async def load(self, name: str, path: str | None = None) -> Held:
         """Load the model `name` names now (POST /models/load), from the GGUF at `path`
@@ -254,6 +254,8 @@ class Fleet:
     async def unload(self, name: str) -> Held:
         """Unload the model `name` names once its running requests end (POST /models/unload)."""
         held = self.held(name)
+        if held.entry.pinned:
+            raise ModelRefused(f"model {held.entry.id!r} is pinned: it is never unloaded")
         if held.loading is not None:
             with contextlib.suppress(ModelUnavailable):
                 await asyncio.shield(held.loading)
@@ -355,23 +357,36 @@ class Fleet:
         return [*self._held.values(), *self._retired]
 
     async def _unload(self, held: Held) -> None:
+        await self._close(held.entry.id, self._detach(held))
+
+    def _detach(self, held: Held) -> Engine | None:
+        """Take `held`'s engine away at once (a request arriving now loads the model anew)
+        and return it for `_close`."""
         engine = held.engine
         self._cancel_timer(held)
         if held in self._retired:
             self._retired.remove(held)
         held.engine, held.client = None, None
         held.status, held.measured = Status.UNLOADED, None
-        if engine is None:
-            return
-        engine.stop_accepting()
-        await asyncio.to_thread(engine.close)
-        log.info("model %s unloaded", held.entry.id)
+        if engine is not None:
+            engine.stop_accepting()
+        return engine
+
+    async def _close(self, model_id: str, engine: Engine | None) -> None:
+        """Free a detached engine's model (on a worker thread: it joins the engine thread)."""
+        if engine is not None:
+            await asyncio.to_thread(engine.close)
+            log.info("model %s unloaded", model_id)
+
+    def _unload_soon(self, held: Held) -> None:
+        """Unload `held` now, its memory freed in the background."""
+        self._spawn(self._close(held.entry.id, self._detach(held)))
 
     def _schedule_unload(self, held: Held) -> None:
         """After the last lease: an unload when the keep-alive is over (none for pinned)."""
         self._cancel_timer(held)
         if held.retired and held.engine is not None:
-            self._spawn(self._unload(held))
+            self._unload_soon(held)
             return
         if held.entry.pinned or held.status is not Status.LOADED or self._closing:
             return
@@ -388,7 +403,7 @@ class Fleet:
         held.timer = None
         if held.leases == 0 and held.status is Status.LOADED and held.loading is None:
             held.keep_alive = None
-            self._spawn(self._unload(held))
+            self._unload_soon(held)
 
     def _new(self, entry: ModelEntry) -> Held:
         """A catalogue entry's run-time state, its footprint estimated (None when its file

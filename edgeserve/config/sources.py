@@ -74,10 +74,11 @@ def _option(f: Field[Any]) -> Option:
         shown = ",".join(default)
     else:
         shown = str(default)
+    table = meta["kind"] == "table"  # only the config file holds tables: no flag, no env name
     return Option(
         name=f.name,
-        flag=meta["flag"] or "--" + f.name.replace("_", "-"),
-        env=meta["env"] or ("EDGESERVE_" + f.name.upper(),),
+        flag="" if table else meta["flag"] or "--" + f.name.replace("_", "-"),
+        env=() if table else meta["env"] or ("EDGESERVE_" + f.name.upper(),),
         parse=meta["parse"],
         help=meta["help"],
         metavar=meta["metavar"],
@@ -144,8 +145,6 @@ def _lookup(
 ) -> Any:
     """The option's parsed value from the first layer that has it, or MISSING."""
     env_name = next((name for name in opt.env if environ.get(name, "").strip()), None)
-    if opt.kind == "table":
-        env_name = None  # only the config file holds tables
     if opt.name in flags:
         found: tuple[object, str, Path] = (flags[opt.name], opt.flag, Path.cwd())
     elif env_name is not None:

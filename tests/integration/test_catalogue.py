@@ -187,3 +187,22 @@ async def test_the_catalogue_is_read_anew_on_request(serve, models_dir, smollm2_
     await client.get("/models?reload=1")
     status, _ = await chat(client, "second")
     assert status == 404
+
+
+async def test_metrics_carry_the_model_and_health_lists_the_models(serve):
+    client = await serve()
+    for model in ("gemma", "smollm2"):
+        status, _ = await chat(client, model)
+        assert status == 200
+    text = await (await client.get("/metrics")).text()
+    for model in ("gemma", "smollm2"):
+        assert f'edgeserve_model_loaded{{model="{model}"}} 1.0' in text
+        assert f'edgeserve_engine_phase_seconds_total{{model="{model}",phase="decode"}}' in text
+    assert "edgeserve_model_loaded 1.0" not in text, "every engine figure is labelled"
+    health = await (await client.get("/health")).json()
+    assert health["status"] == "ok"
+    assert {m["id"]: m["status"] for m in health["models"]} == {
+        "broken": "unloaded",
+        "gemma": "loaded",
+        "smollm2": "loaded",
+    }

@@ -114,7 +114,7 @@ def test_model_with_a_folder_is_one_entry_among_them_and_keeps_its_attachments(t
     assert catalogue.ids() == ["main", "side"] and not catalogue.single
     assert catalogue.entries["main"].config.lora_adapters == (("a", str(adapter)),)
     assert catalogue.entries["side"].config.lora_adapters == ()
-    assert catalogue.entries["main"].load_at_start
+    assert catalogue.entries["main"].load_at_start and catalogue.entries["main"].pinned
 
 
 def test_a_missing_models_folder_is_a_config_error(tmp_path):

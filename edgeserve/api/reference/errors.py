@@ -13,7 +13,8 @@ def error_body(detail: Any, *, with_message: bool, code: str | None = None) -> b
     """`{"detail": ...}` as compact JSON with raw UTF-8 (unpaired surrogates are escaped).
 
     With `with_message` (README divergence 12; off with --reference-errors) the body also carries
-    `"message": error_message(detail)`, the field OpenAI's SDKs print as the exception text.
+    `"message": error_message(detail)`, the field OpenAI's SDKs print as the exception text,
+    and `"code"` where OpenAI has one for the error (`model_not_found`).
     """
     content = {"detail": detail}
     if with_message:
