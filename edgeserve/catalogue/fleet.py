@@ -108,15 +108,14 @@ class Fleet:
         self._tasks: set[asyncio.Future[None]] = set()  # background unloads
 
     @classmethod
-    def serving(cls, model_id: str, client: EngineClient) -> Fleet:
-        """A fleet of one model whose engine the caller made and owns (tests, embedding)."""
-        entry = ModelEntry(
-            id=model_id, config=client.engine.config, load_at_start=True, pinned=True
-        )
+    def serving(cls, model_id: str, client: EngineClient, config: EngineConfig) -> Fleet:
+        """A fleet of the one model of `--model` alone, whose engine the caller made and owns
+        (it loads by itself; requests get its 503 until it has)."""
+        entry = ModelEntry(id=model_id, config=config, load_at_start=True, pinned=True)
         fleet = cls(Catalogue([entry], single=True), memory_budget=0, max_loaded=1, keep_alive=0)
         held = fleet._held[model_id]
-        held.engine, held.client = client.engine, client
-        held.status = Status.LOADED if client.engine.loaded else Status.LOADING
+        held.engine, held.client = getattr(client, "engine", None), client
+        held.status = Status.LOADED if client.loaded else Status.LOADING
         return fleet
 
     # ---- what requests use ------------------------------------------------------------------
@@ -139,18 +138,16 @@ class Fleet:
         return self._held[entry.id]
 
     @contextlib.asynccontextmanager
-    async def lease(
-        self, name: str | None, keep_alive: float | None = None
-    ) -> AsyncIterator[tuple[str, EngineClient]]:
-        """Hold the model `name` names for a request: (its id, its engine client), loaded
-        first when it is not (waiting for the load); released on leaving."""
+    async def lease(self, name: str | None, keep_alive: float | None = None) -> AsyncIterator[Held]:
+        """Hold the model `name` names for a request (loaded first when it is not, waiting
+        for the load: its `client` is then set); released on leaving."""
         held = self.held(name)
         held.leases += 1
         self._cancel_timer(held)
         try:
             await self._ensure_loaded(held)
             assert held.client is not None
-            yield held.entry.id, held.client
+            yield held
         finally:
             held.leases -= 1
             held.last_used = time.monotonic()
@@ -411,7 +408,10 @@ class Fleet:
         try:
             footprint: Footprint | None = self._estimator(entry.config)
         except (OSError, ValueError) as exc:
-            log.warning("cannot read %s to estimate its memory: %s", entry.config.model_path, exc)
+            if not self.single:  # --model alone: the estimate is only shown
+                log.warning(
+                    "cannot read %s to estimate its memory: %s", entry.config.model_path, exc
+                )
             footprint = None
         return Held(entry, footprint, signature=_signature(entry.config))
 
@@ -432,8 +432,9 @@ class Fleet:
     def models(self) -> list[Held]:
         """Every model, by id."""
         for held in self._held.values():
-            if held.status is Status.LOADING and held.engine is not None and held.engine.loaded:
-                held.status = Status.LOADED  # an engine the caller made (`serving`) has loaded
+            client = held.client
+            if self.single and held.status is Status.LOADING and client and client.loaded:
+                held.status = Status.LOADED  # the caller's engine (`serving`) has loaded
         return [self._held[i] for i in self.catalogue.ids()]
 
     async def watch(self, interval: float = 1.0) -> None:
@@ -470,7 +471,7 @@ class Fleet:
 
     def stats(self) -> list[tuple[str, EngineStats]]:
         """(id, engine stats) of every model with an engine (loaded or loading)."""
-        return [(h.entry.id, h.engine.stats()) for h in self.models() if h.engine is not None]
+        return [(h.entry.id, h.client.stats()) for h in self.models() if h.client is not None]
 
     def stalled_for(self) -> float:
         """The longest any engine's current step has lasted (0 between steps)."""

@@ -94,7 +94,7 @@ class Settings:
         "memory the loaded models may take in all (estimated from each GGUF before it loads); "
         "idle models unload to make room",
         "BYTES",
-        shown="75% of the memory available at start",
+        shown="three quarters of the memory available at start",
     )
     models_max: int = _setting(4, values.integer(1), "most models loaded at once", "N")
     keep_alive: float = _setting(

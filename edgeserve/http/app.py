@@ -76,8 +76,8 @@ def create_app(
             middlewares.api_errors,
         ],
     )
-    if isinstance(models, EngineClient):
-        models = Fleet.serving(settings.model_name, models)
+    if not isinstance(models, Fleet):
+        models = Fleet.serving(settings.model_name, models, settings.engine_config())
     app[SETTINGS] = settings
     app[MODELS] = models
     app[METRICS] = Metrics(models.stats, labelled=not models.single)

@@ -21,7 +21,7 @@ from edgeserve.api.common.call import Call
 from edgeserve.api.reference.engine_errors import engine_error
 from edgeserve.api.reference.limits import Limits
 from edgeserve.api.reference.request import body_too_large, check_api_key, decode_json_body
-from edgeserve.catalogue.fleet import Fleet
+from edgeserve.catalogue.fleet import Fleet, Held
 from edgeserve.config import values
 from edgeserve.engine.client import EngineClient
 from edgeserve.engine.types import MediaKind
@@ -57,15 +57,18 @@ async def call_for(request: web.Request, *, with_body: bool, uses_model: bool = 
         else:
             body = decode_json_body(raw, content_type)
     models = request.config_dict[MODELS]
-    model_name, client = settings.model_name, None
+    model_name, client, projector = settings.model_name, None, bool(settings.mmproj)
     if uses_model:
-        model_name, client = await _lease(request, models, body)
+        held = await _lease(request, models, body)
+        client, projector = held.client, bool(held.entry.config.mmproj_path)
+        if not models.single:
+            model_name = held.entry.id  # with --model alone, answers carry --model-name
     elif models.single:
         client = models.client(None)
     return Call(
         body=body,
         client=client,
-        limits=limits_for(request, client),
+        limits=limits_for(request, client, projector),
         model_name=model_name,
         timeout_s=settings.request_timeout_s,
         record=request[RECORD],
@@ -76,10 +79,9 @@ async def call_for(request: web.Request, *, with_body: bool, uses_model: bool = 
     )
 
 
-async def _lease(request: web.Request, models: Fleet, body: Any) -> tuple[str, EngineClient]:
-    """(the name answers carry, the engine) of the model the request names, held until the
-    request ends. With --model alone every name is that model and answers carry the
-    configured name, as the reference's do."""
+async def _lease(request: web.Request, models: Fleet, body: Any) -> Held:
+    """The model the request names (the body's `model`, a GET's `?model=`, else --model's),
+    held until the request ends."""
     settings = request.config_dict[SETTINGS]
     name = body.get("model") if isinstance(body, dict) else request.query.get("model")
     if not isinstance(name, str) or not name:
@@ -89,18 +91,17 @@ async def _lease(request: web.Request, models: Fleet, body: Any) -> tuple[str, E
         with contextlib.suppress(ValueError):  # Ollama's field; a bad one keeps the default
             keep_alive = values.keep_alive(body["keep_alive"])
     try:
-        model_id, client = await request[LEASES].enter_async_context(models.lease(name, keep_alive))
+        return await request[LEASES].enter_async_context(models.lease(name, keep_alive))
     except EngineError as exc:
         raise engine_error(exc) from exc
-    return (settings.model_name if models.single else model_id), client
 
 
-def limits_for(request: web.Request, client: EngineClient | None) -> Limits:
+def limits_for(request: web.Request, client: EngineClient | None, projector: bool) -> Limits:
     """The app's limits with the media the model takes, made once per set of media kinds.
-    While a model with a projector (--mmproj) loads, its kinds are not known yet: media pass
-    the checks, and the engine answers 503 as it does to any request then."""
+    While a model with a projector (`projector`: --mmproj) loads, its kinds are not known
+    yet: media pass the checks, and the engine answers 503 as it does to any request then."""
     kinds = client.media_kinds if client is not None else frozenset()
-    if not kinds and client is not None and client.engine.config.mmproj_path:
+    if not kinds and projector:
         kinds = ALL_MEDIA_KINDS
     made = request.config_dict[MEDIA_LIMITS]
     limits = made.get(kinds)

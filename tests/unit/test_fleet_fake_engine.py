@@ -88,9 +88,9 @@ def fleet(
 
 
 async def use(models: Fleet, name: str, keep_alive: float | None = None) -> str:
-    async with models.lease(name, keep_alive) as (model_id, client):
-        assert client.engine.loaded
-        return model_id
+    async with models.lease(name, keep_alive) as held:
+        assert held.client.engine.loaded
+        return held.entry.id
 
 
 def status(models: Fleet) -> dict[str, str]:
@@ -237,10 +237,11 @@ async def test_a_request_right_after_the_idle_unload_fires_gets_a_new_engine():
     # The keep-alive's timer takes the engine away at once; its memory is freed in the
     # background. A request in between must not be handed the engine being closed.
     models, events = fleet(entry("a"), keep_alive=3600)
-    async with models.lease("a") as (_, first):
-        pass
+    async with models.lease("a") as held:
+        first = held.client
     models._idle_unload(models.held("a"))  # the timer firing
-    async with models.lease("a") as (_, second):
+    async with models.lease("a") as held:
+        second = held.client
         assert second is not first and second.engine.loaded
     await asyncio.sleep(0.01)
     assert first.engine.closed and not second.engine.closed
