@@ -19,7 +19,10 @@
       ├── UnknownAdapter(name)             a LoRA adapter that is not loaded (any more)
       ├── AdapterInUse(name)               an adapter to unload that requests still run under
       ├── AdapterRefused(rule, name, path) a LoRA adapter that may not be loaded at run time
-      └── InvalidAdapter(message)          a LoRA file that is not an adapter of the model
+      ├── InvalidAdapter(message)          a LoRA file that is not an adapter of the model
+      ├── UnknownModel(name, available)    a model the catalogue does not have
+      ├── ModelUnavailable(reason, retry)  a catalogue model that cannot be loaded now
+      └── ModelRefused(reason)             a model file POST /models/load may not load
 
 No module here imports aiohttp, so every layer may use these.
 """
@@ -36,11 +39,18 @@ AdapterRule = Literal[
 class ApiError(Exception):
     """A client-visible error: HTTP status plus the `detail` value of the JSON body."""
 
-    def __init__(self, status: int, detail: Any, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        detail: Any,
+        headers: dict[str, str] | None = None,
+        code: str | None = None,
+    ) -> None:
         super().__init__(f"{status}: {detail}")
         self.status = status
         self.detail = detail
         self.headers = headers or {}
+        self.code = code  # OpenAI's error code (`model_not_found`), where one applies
 
 
 class EngineError(Exception):
@@ -166,3 +176,26 @@ class InvalidAdapter(EngineError):
     """A LoRA file that cannot be loaded as an adapter of the served model (not a LoRA GGUF,
     another architecture, tensor shapes that do not match); the message has llama.cpp's
     reason, for the operator (the log, a refused start), never for a client."""
+
+
+class UnknownModel(EngineError):
+    """A request named a model the catalogue does not have."""
+
+    def __init__(self, name: str | None, available: list[str]) -> None:
+        super().__init__(f"unknown model {name!r}")
+        self.name = name
+        self.available = available
+
+
+class ModelUnavailable(EngineError):
+    """A catalogue model that cannot serve now: it failed to load, or no room can be made for
+    it; retry after `retry_after` seconds."""
+
+    def __init__(self, reason: str, retry_after: int) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+class ModelRefused(EngineError):
+    """A request to load a model file that may not or cannot be loaded (400)."""

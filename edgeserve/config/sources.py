@@ -56,7 +56,7 @@ class Option:
     parse: Callable[[object], Any]
     help: str
     metavar: str
-    kind: Literal["value", "switch", "repeat"]
+    kind: Literal["value", "switch", "repeat", "table"]
     path: bool
     in_file: bool
     secret: bool
@@ -74,10 +74,11 @@ def _option(f: Field[Any]) -> Option:
         shown = ",".join(default)
     else:
         shown = str(default)
+    table = meta["kind"] == "table"  # only the config file holds tables: no flag, no env name
     return Option(
         name=f.name,
-        flag=meta["flag"] or "--" + f.name.replace("_", "-"),
-        env=meta["env"] or ("EDGESERVE_" + f.name.upper(),),
+        flag="" if table else meta["flag"] or "--" + f.name.replace("_", "-"),
+        env=() if table else meta["env"] or ("EDGESERVE_" + f.name.upper(),),
         parse=meta["parse"],
         help=meta["help"],
         metavar=meta["metavar"],
@@ -97,6 +98,8 @@ _FILE_KEYS = {opt.name: opt for opt in OPTIONS if opt.in_file}
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add one flag per setting to `parser`; values stay raw strings (None when not given)."""
     for opt in OPTIONS:
+        if opt.kind == "table":
+            continue  # only the config file holds tables
         help_text = f"{opt.help} [env {', '.join(opt.env)}; default {opt.shown}]"
         extra: dict[str, str] = {}
         if opt.kind == "switch":
@@ -157,6 +160,8 @@ def _lookup(
         shown = "the value" if opt.secret else repr(raw)  # keep keys out of logs
         raise ConfigError(f"invalid {where}: {shown} {exc}") from None
     # Relative paths are relative to the working directory, or to the config file that named them.
+    if opt.name == "models":
+        return tuple(preset.rebased(base) for preset in value)
     if not opt.path:
         return value
     if isinstance(value, tuple):  # (name, path) pairs
@@ -216,7 +221,17 @@ def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         if value is not MISSING:
             values[opt.name] = value
 
-    if "model" not in values:
+    catalogue = "models_dir" in values or bool(values.get("models"))
+    if "models_dir" in values and not Path(values["models_dir"]).is_dir():
+        raise ConfigError(f"models folder not found: {values['models_dir']}")
+    for preset in values.get("models", ()):
+        if preset.model is None:
+            raise ConfigError(f"[models.{preset.name}] needs model = PATH (the GGUF file)")
+        if not Path(preset.model).is_file():
+            raise ConfigError(f"[models.{preset.name}]: model file not found: {preset.model}")
+    if "model" not in values and catalogue:
+        values["model"] = ""  # the catalogue alone: no model of --model's
+    elif "model" not in values:
         default = default_model_path(environ)
         if default is None:
             raise ConfigError(no_model_message(environ))

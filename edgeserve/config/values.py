@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import os
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -202,6 +203,73 @@ def root_path(raw: object) -> str:
     if value and not value.startswith("/"):
         raise ValueError("must start with '/'")
     return value.rstrip("/")
+
+
+def names(raw: object) -> tuple[str, ...]:
+    """One name or a list of names (comma-separated in a flag), each without spaces."""
+    found = _strings(raw, split=True)
+    for name in found:
+        if any(c.isspace() for c in name):
+            raise ValueError(f"has {name!r}: a name without spaces is needed")
+    return found
+
+
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)")
+
+
+def keep_alive(raw: object) -> float:
+    """How long a model stays loaded after its last request, as Ollama's `keep_alive`: seconds
+    (a number) or a duration ("5m", "1h30m", "90s"); 0 unloads at once, a negative value keeps
+    it loaded (returned as infinity)."""
+    if isinstance(raw, bool):
+        raise ValueError("is not a number of seconds or a duration like 5m")
+    if isinstance(raw, int | float):
+        value = float(raw)
+    elif isinstance(raw, str):
+        text = raw.strip().lower()
+        sign = -1.0 if text.startswith("-") else 1.0
+        body = text.lstrip("+-")
+        try:
+            value = sign * float(body)
+        except ValueError:
+            parts = _DURATION.findall(body)
+            if not body or "".join(n + u for n, u in parts) != body:
+                raise ValueError("is not a number of seconds or a duration like 5m") from None
+            value = sign * sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+    else:
+        raise ValueError("is not a number of seconds or a duration like 5m")
+    if math.isnan(value):
+        raise ValueError("is not a number of seconds or a duration like 5m")
+    return math.inf if value < 0 else value
+
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 2**10, "kb": 10**3, "kib": 2**10,
+    "m": 2**20, "mb": 10**6, "mib": 2**20,
+    "g": 2**30, "gb": 10**9, "gib": 2**30,
+    "t": 2**40, "tb": 10**12, "tib": 2**40,
+}  # fmt: skip
+_SIZE = re.compile(r"(\d+(?:\.\d*)?)\s*([a-z]*)")
+
+
+def byte_size(raw: object) -> int:
+    """A memory size: bytes, or a number with a unit ("8G", "512MiB", "1.5GB"); above 0."""
+    if isinstance(raw, bool):
+        raise ValueError("is not a size like 8G or 512MiB")
+    if isinstance(raw, int):
+        value = raw
+    elif isinstance(raw, str) and (match := _SIZE.fullmatch(raw.strip().lower())):
+        number, unit = match.groups()
+        if unit not in _SIZE_UNITS:
+            raise ValueError("is not a size like 8G or 512MiB")
+        value = int(float(number) * _SIZE_UNITS[unit])
+    else:
+        raise ValueError("is not a size like 8G or 512MiB")
+    if value <= 0:
+        raise ValueError("must be greater than 0")
+    return value
 
 
 def physical_cores() -> int:

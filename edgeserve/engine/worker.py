@@ -145,6 +145,11 @@ class Engine:
         """The engine thread's id as the OS knows it (for /proc/self/task/<id>/stat)."""
         return self._thread.native_id
 
+    @property
+    def running(self) -> bool:
+        """Whether the engine thread is alive (started and not ended)."""
+        return self._thread.is_alive()
+
     def wait_stopped(self) -> None:
         """Block until the engine thread has ended (after close, a failed load, or a crash)."""
         self._thread.join()

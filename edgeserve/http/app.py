@@ -23,17 +23,18 @@ from edgeserve.api.openai_responses import routes as openai_responses
 from edgeserve.api.reference.limits import Limits
 from edgeserve.api.score import routes as score
 from edgeserve.api.tokenize import routes as tokenize
+from edgeserve.catalogue.fleet import Fleet
 from edgeserve.config import Settings
 from edgeserve.engine.client import EngineClient
 from edgeserve.http import chat_page, middlewares
 from edgeserve.http.generation import generation_handler
 from edgeserve.http.keys import (
-    ENGINE,
     ERRORS,
     KNOWN_PATHS,
     LIMITS,
     MEDIA_LIMITS,
     METRICS,
+    MODELS,
     SETTINGS,
 )
 from edgeserve.http.media_fetch import HttpMediaFetcher
@@ -57,11 +58,11 @@ ANTHROPIC_PREFIX = "/v1/messages"
 
 
 def create_app(
-    settings: Settings, engine: EngineClient, limits: Limits | None = None
+    settings: Settings, models: Fleet | EngineClient, limits: Limits | None = None
 ) -> web.Application:
-    """Build the app around an engine that the caller owns (starts and closes). Media URLs
-    are downloaded by an HttpMediaFetcher open while the app runs, unless `limits` bring a
-    fetcher of their own.
+    """Build the app around the models the caller owns (a fleet it starts and closes, or one
+    engine of --model alone). Media URLs are downloaded by an HttpMediaFetcher open while the
+    app runs, unless `limits` bring a fetcher of their own.
 
     Routes answer with and without `settings.root_path`, as the reference's root_path does.
     The chat page is at `/` (and `root_path/`) unless `settings.no_webui`.
@@ -75,9 +76,11 @@ def create_app(
             middlewares.api_errors,
         ],
     )
+    if not isinstance(models, Fleet):
+        models = Fleet.serving(settings.model_name, models, settings.engine_config())
     app[SETTINGS] = settings
-    app[ENGINE] = engine
-    app[METRICS] = Metrics(engine.stats)
+    app[MODELS] = models
+    app[METRICS] = Metrics(models.stats, labelled=not models.single)
     app[ERRORS] = middlewares.reference_error_response
     limits = limits or replace(
         Limits.from_env(os.environ),
@@ -146,9 +149,10 @@ def _handler(route: Route) -> Handler:
         return generation_handler(endpoint)
     unary = endpoint
     with_body = route.method == "POST"
+    uses_model = route.uses_model
 
     async def handle(request: web.Request) -> web.StreamResponse:
-        call = await call_for(request, with_body=with_body)
+        call = await call_for(request, with_body=with_body, uses_model=uses_model)
         return web.Response(body=await unary(call), content_type="application/json")
 
     return handle

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Protocol
 
 from aiohttp import web
 
 from edgeserve.api.common.call import RequestRecord
 from edgeserve.api.reference.limits import Limits
+from edgeserve.catalogue.fleet import Fleet
 from edgeserve.config import Settings
-from edgeserve.engine.client import EngineClient
 from edgeserve.engine.types import MediaKind
 from edgeserve.errors import ApiError
 from edgeserve.metrics import Metrics
@@ -22,10 +23,12 @@ class ErrorResponder(Protocol):
 
 
 SETTINGS = web.AppKey("edgeserve.settings", Settings)
-ENGINE = web.AppKey("edgeserve.engine", EngineClient)
+MODELS = web.AppKey("edgeserve.models", Fleet)
 LIMITS = web.AppKey("edgeserve.limits", Limits)
 MEDIA_LIMITS = web.AppKey("edgeserve.media_limits", dict[frozenset[MediaKind], Limits])
 METRICS = web.AppKey("edgeserve.metrics", Metrics)
 KNOWN_PATHS = web.AppKey("edgeserve.known_paths", frozenset)
 ERRORS = web.AppKey("edgeserve.errors", ErrorResponder)
 RECORD = web.RequestKey("edgeserve.record", RequestRecord)
+LEASES = web.RequestKey("edgeserve.leases", contextlib.AsyncExitStack)
+"""The models a request holds while it runs, released when it ends (middlewares.py)."""

@@ -6,6 +6,7 @@ trusted Host (403 against DNS rebinding) → CORS → API errors (ApiError and a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -26,6 +27,7 @@ from edgeserve.http import browser
 from edgeserve.http.keys import (
     ERRORS,
     KNOWN_PATHS,
+    LEASES,
     METRICS,
     RECORD,
     SETTINGS,
@@ -45,7 +47,7 @@ def reference_error_response(request: web.Request, err: ApiError) -> web.Respons
     with_message = not request.config_dict[SETTINGS].reference_errors
     return web.Response(
         status=err.status,
-        body=error_body(err.detail, with_message=with_message),
+        body=error_body(err.detail, with_message=with_message, code=err.code),
         content_type="application/json",
         headers=err.headers,
     )
@@ -71,7 +73,9 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
     started = time.perf_counter()
     status = 500
     try:
-        response = await handler(request)
+        async with contextlib.AsyncExitStack() as leases:
+            request[LEASES] = leases
+            response = await handler(request)
         status = response.status
     except asyncio.CancelledError:
         status = CLIENT_CLOSED

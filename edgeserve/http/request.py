@@ -11,15 +11,22 @@ reference's, since there is no key to check."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import replace
+from typing import Any
 
 from aiohttp import web
 
 from edgeserve.api.common.call import Call
+from edgeserve.api.reference.engine_errors import engine_error
 from edgeserve.api.reference.limits import Limits
 from edgeserve.api.reference.request import body_too_large, check_api_key, decode_json_body
+from edgeserve.catalogue.fleet import Fleet, Held
+from edgeserve.config import values
+from edgeserve.engine.client import EngineClient
 from edgeserve.engine.types import MediaKind
-from edgeserve.http.keys import ENGINE, LIMITS, MEDIA_LIMITS, RECORD, SETTINGS
+from edgeserve.errors import EngineError
+from edgeserve.http.keys import LEASES, LIMITS, MEDIA_LIMITS, MODELS, RECORD, SETTINGS
 
 ALL_MEDIA_KINDS: frozenset[MediaKind] = frozenset({"image", "audio"})
 
@@ -29,9 +36,11 @@ ALL_MEDIA_KINDS: frozenset[MediaKind] = frozenset({"image", "audio"})
 LARGE_BODY_BYTES = 256 * 1024
 
 
-async def call_for(request: web.Request, *, with_body: bool) -> Call:
-    """The request as an endpoint sees it: its API key checked (401), and with `with_body` its
-    declared size (413) before its JSON body is read and decoded."""
+async def call_for(request: web.Request, *, with_body: bool, uses_model: bool = True) -> Call:
+    """The request as an endpoint sees it: its API key checked (401), with `with_body` its
+    declared size (413) before its JSON body is read and decoded, and with `uses_model` the
+    model it names (the body's `model`, or a GET's `?model=`) held for as long as the request
+    runs (404 for a name the catalogue lacks; a model not loaded loads first)."""
     check_key(request)
     settings = request.config_dict[SETTINGS]
     body = None
@@ -47,24 +56,52 @@ async def call_for(request: web.Request, *, with_body: bool) -> Call:
             body = await asyncio.to_thread(decode_json_body, raw, content_type)
         else:
             body = decode_json_body(raw, content_type)
+    models = request.config_dict[MODELS]
+    model_name, client, projector = settings.model_name, None, bool(settings.mmproj)
+    if uses_model:
+        held = await _lease(request, models, body)
+        client, projector = held.client, bool(held.entry.config.mmproj_path)
+        if not models.single:
+            model_name = held.entry.id  # with --model alone, answers carry --model-name
+    elif models.single:
+        client = models.client(None)
     return Call(
         body=body,
-        engine=request.config_dict[ENGINE],
-        limits=limits_for(request),
-        model_name=settings.model_name,
+        client=client,
+        limits=limits_for(request, client, projector),
+        model_name=model_name,
         timeout_s=settings.request_timeout_s,
         record=request[RECORD],
         large=large,
         allow_runtime_lora=settings.allow_runtime_lora,
+        models=models,
+        query=request.query,
     )
 
 
-def limits_for(request: web.Request) -> Limits:
+async def _lease(request: web.Request, models: Fleet, body: Any) -> Held:
+    """The model the request names (the body's `model`, a GET's `?model=`, else --model's),
+    held until the request ends."""
+    settings = request.config_dict[SETTINGS]
+    name = body.get("model") if isinstance(body, dict) else request.query.get("model")
+    if not isinstance(name, str) or not name:
+        name = settings.model_name or None
+    keep_alive = None
+    if isinstance(body, dict) and "keep_alive" in body:
+        with contextlib.suppress(ValueError):  # Ollama's field; a bad one keeps the default
+            keep_alive = values.keep_alive(body["keep_alive"])
+    try:
+        return await request[LEASES].enter_async_context(models.lease(name, keep_alive))
+    except EngineError as exc:
+        raise engine_error(exc) from exc
+
+
+def limits_for(request: web.Request, client: EngineClient | None, projector: bool) -> Limits:
     """The app's limits with the media the model takes, made once per set of media kinds.
-    While a model with a projector (--mmproj) loads, its kinds are not known yet: media pass
-    the checks, and the engine answers 503 as it does to any request then."""
-    kinds = request.config_dict[ENGINE].media_kinds
-    if not kinds and request.config_dict[SETTINGS].mmproj:
+    While a model with a projector (`projector`: --mmproj) loads, its kinds are not known
+    yet: media pass the checks, and the engine answers 503 as it does to any request then."""
+    kinds = client.media_kinds if client is not None else frozenset()
+    if not kinds and projector:
         kinds = ALL_MEDIA_KINDS
     made = request.config_dict[MEDIA_LIMITS]
     limits = made.get(kinds)

@@ -22,6 +22,8 @@ import sys
 from aiohttp import web
 
 from edgeserve import sdnotify
+from edgeserve.catalogue.entries import build_catalogue
+from edgeserve.catalogue.fleet import Fleet, default_budget
 from edgeserve.config import Settings
 from edgeserve.engine.client import EngineClient
 from edgeserve.engine.worker import Engine
@@ -37,7 +39,7 @@ def serve(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> int:
     return asyncio.run(_serve(settings, ssl_context=ssl_context))
 
 
-async def _watchdog(interval: float, engine: Engine, stall_s: float) -> None:
+async def _watchdog(interval: float, engine: Engine | Fleet, stall_s: float) -> None:
     """Ping systemd's watchdog from the event loop while the engine thread makes progress: a
     blocked loop or a wedged engine misses its pings."""
     while True:
@@ -46,7 +48,7 @@ async def _watchdog(interval: float, engine: Engine, stall_s: float) -> None:
         await asyncio.sleep(interval)
 
 
-async def _engine_wedged(engine: Engine, stall_s: float) -> None:
+async def _engine_wedged(engine: Engine | Fleet, stall_s: float) -> None:
     """Return once one engine step has lasted `stall_s`."""
     while (stalled := engine.stalled_for()) < stall_s:
         await asyncio.sleep(max(0.05, min(1.0, stall_s - stalled)))
@@ -55,7 +57,10 @@ async def _engine_wedged(engine: Engine, stall_s: float) -> None:
 async def _serve(
     settings: Settings, engine: Engine | None = None, ssl_context: ssl.SSLContext | None = None
 ) -> int:
-    """Run the server around `engine` (built from `settings` unless given); the exit code."""
+    """Run the server around `engine` (built from `settings` unless given), or around the
+    catalogue's fleet; the exit code."""
+    if settings.catalogue and engine is None:
+        return await _serve_catalogue(settings, ssl_context)
     engine = engine or Engine(settings.engine_config())
     runner = await _listen(settings, create_app(settings, EngineClient(engine)), ssl_context)
     if runner is None:
@@ -68,6 +73,9 @@ async def _serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(
+        signal.SIGHUP, log.info, "SIGHUP: nothing to re-read with --model alone (no catalogue)"
+    )
     engine.start()
     loading = asyncio.ensure_future(asyncio.to_thread(engine.wait_loaded))
     stopping = asyncio.ensure_future(stop.wait())
@@ -85,6 +93,64 @@ async def _serve(
         watchdog.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watchdog
+    return code
+
+
+async def _serve_catalogue(settings: Settings, ssl_context: ssl.SSLContext | None) -> int:
+    """Serve the catalogue's models, each loaded on demand, until SIGTERM/SIGINT (0) or a
+    wedged engine (1); SIGHUP re-reads the catalogue."""
+    catalogue = build_catalogue(settings)
+    budget = settings.models_memory or default_budget()
+    fleet = Fleet(
+        catalogue,
+        memory_budget=budget,
+        max_loaded=settings.models_max,
+        keep_alive=settings.keep_alive,
+        source=lambda: build_catalogue(settings),
+        files_dir=settings.models_dir,
+    )
+    runner = await _listen(settings, create_app(settings, fleet), ssl_context)
+    if runner is None:
+        return 2
+    log.info(
+        "serving %d models (%s) within %.0f MiB, at most %d loaded",
+        len(catalogue.entries),
+        ", ".join(catalogue.ids()) or "none yet",
+        budget / 2**20,
+        settings.models_max,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, fleet.rescan)
+    interval = sdnotify.watchdog_interval()
+    stall_s = settings.engine_stall_s
+    tasks = [asyncio.create_task(fleet.start()), asyncio.create_task(fleet.watch())]
+    if interval:
+        tasks.append(asyncio.create_task(_watchdog(interval, fleet, stall_s)))
+    sdnotify.notify(
+        sdnotify.READY, sdnotify.status(f"serving the catalogue on {settings.host}:{settings.port}")
+    )
+    stopping = asyncio.ensure_future(stop.wait())
+    wedged = asyncio.ensure_future(_engine_wedged(fleet, stall_s))
+    await asyncio.wait({stopping, wedged}, return_when=asyncio.FIRST_COMPLETED)
+    code = 0
+    if wedged.done():
+        log.error(
+            "an engine step has lasted %.0fs (an engine thread is stuck); exiting so a "
+            "supervisor restarts us",
+            stall_s,
+        )
+        code = 1
+    for task in (stopping, wedged, *tasks):
+        task.cancel()
+    sdnotify.notify(
+        sdnotify.STOPPING, sdnotify.status(f"draining (up to {settings.drain_timeout_s:g}s)")
+    )
+    log.info("shutting down: draining running requests (up to %.0fs)", settings.drain_timeout_s)
+    await runner.cleanup()
+    await fleet.close()
     return code
 
 

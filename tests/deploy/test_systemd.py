@@ -133,6 +133,8 @@ def test_env_example_values_load(tmp_path, commented):
         environ["EDGESERVE_MMPROJ"] = str(model)  # a file that exists stands for the projector
     if "EDGESERVE_LORA_DIR" in environ:
         environ["EDGESERVE_LORA_DIR"] = str(tmp_path)  # a folder that exists
+    if "EDGESERVE_MODELS_DIR" in environ:
+        environ["EDGESERVE_MODELS_DIR"] = str(tmp_path)  # the catalogue's folder
     settings = load_settings(["--model", str(model)], environ)
     assert settings.host == "0.0.0.0"
     assert settings.log_format == "json"

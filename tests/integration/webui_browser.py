@@ -39,20 +39,26 @@ async def browser() -> AsyncIterator[Browser]:
 Serve = Callable[..., Awaitable[str]]
 
 
+async def listen(app: web.Application, runners: list[web.AppRunner]) -> str:
+    """Run `app` on a real port as `edgeserve serve` runs it (handlers are cancelled when
+    their client goes away), its runner added to `runners` (the caller cleans them up).
+    Returns the page's URL."""
+    runner = web.AppRunner(app, handler_cancellation=True)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    runners.append(runner)
+    return f"http://127.0.0.1:{runner.addresses[0][1]}/"
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def serve(engine: Any, model_path: Path) -> AsyncIterator[Serve]:
-    """Start an app on a real port (as `edgeserve serve` runs it: handlers are cancelled when
-    their client goes away) around the session's engine, or `engine=`; pass Settings
-    overrides as keywords. Returns the page's URL."""
+    """Start an app on a real port (`listen`) around the session's engine, or `engine=`; pass
+    Settings overrides as keywords. Returns the page's URL."""
     runners: list[web.AppRunner] = []
 
     async def start(*, engine_: Any = engine, **overrides: Any) -> str:
         app = create_app(server_settings(model_path, **overrides), EngineClient(engine_))
-        runner = web.AppRunner(app, handler_cancellation=True)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        runners.append(runner)
-        return f"http://127.0.0.1:{runner.addresses[0][1]}/"
+        return await listen(app, runners)
 
     yield start
     for runner in runners:

@@ -54,7 +54,7 @@ def value(metrics: Metrics, name: str, **labels: str) -> float:
 
 def test_engine_figures_are_read_at_scrape_time():
     current = [STATS]
-    metrics = Metrics(lambda: current[0])
+    metrics = Metrics(lambda: [("m", current[0])])
     assert value(metrics, "llamacpp:requests_processing") == 3
     assert value(metrics, "llamacpp:requests_deferred") == 2
     assert value(metrics, "edgeserve_scoring_requests_processing") == 1
@@ -76,7 +76,7 @@ def test_engine_figures_are_read_at_scrape_time():
 
 
 def test_a_finished_chat_request():
-    metrics = Metrics(lambda: STATS)
+    metrics = Metrics(lambda: [("m", STATS)])
     facts = Facts(prompt_tokens=100, cached_tokens=60, completion_tokens=11, ttft_s=0.2, gen_s=0.5)
     metrics.observe("/v1/chat/completions", 200, 0.8, facts)
     route = {"route": "/v1/chat/completions"}
@@ -95,7 +95,7 @@ def test_a_finished_chat_request():
 
 
 def test_errors_by_status():
-    metrics = Metrics(lambda: STATS)
+    metrics = Metrics(lambda: [("m", STATS)])
     metrics.observe("/v1/chat/completions", 400, 0.01, Facts())
     metrics.observe("/v1/chat/completions", 400, 0.01, Facts())
     metrics.observe("other", 404, 0.01, Facts())
@@ -113,7 +113,7 @@ def test_errors_by_status():
 
 
 def test_score_requests_count_prompt_tokens_only():
-    metrics = Metrics(lambda: STATS)
+    metrics = Metrics(lambda: [("m", STATS)])
     metrics.observe("/v1/score/evaluation", 200, 0.1, Facts(prompt_tokens=30))
     assert value(metrics, "llamacpp:prompt_tokens_total") == 30
     assert value(metrics, "llamacpp:tokens_predicted_total") == 0
@@ -122,7 +122,7 @@ def test_score_requests_count_prompt_tokens_only():
 
 
 def test_one_token_answers_have_no_per_token_latency():
-    metrics = Metrics(lambda: STATS)
+    metrics = Metrics(lambda: [("m", STATS)])
     facts = Facts(prompt_tokens=5, completion_tokens=1, ttft_s=0.1, gen_s=0.0)
     metrics.observe("/v1/chat/completions", 200, 0.1, facts)
     assert value(metrics, "edgeserve_time_per_output_token_seconds_count") == 0
@@ -130,7 +130,7 @@ def test_one_token_answers_have_no_per_token_latency():
 
 
 def test_each_app_has_its_own_registry():
-    first, second = Metrics(lambda: STATS), Metrics(lambda: STATS)
+    first, second = Metrics(lambda: [("m", STATS)]), Metrics(lambda: [("m", STATS)])
     first.observe("/health", 200, 0.001, Facts())
     assert value(first, "edgeserve_requests_total", route="/health", status="200") == 1
     assert ("edgeserve_requests_total", (("route", "/health"), ("status", "200"))) not in samples(
@@ -139,7 +139,7 @@ def test_each_app_has_its_own_registry():
 
 
 def test_llama_cpp_names_and_types():
-    metrics = Metrics(lambda: STATS)
+    metrics = Metrics(lambda: [("m", STATS)])
     types = {
         family.name: family.type
         for family in text_string_to_metric_families(metrics.exposition().decode())
@@ -158,3 +158,23 @@ def test_llama_cpp_names_and_types():
         "edgeserve_time_per_output_token_seconds": "histogram",
     }
     assert {name: types.get(name) for name in expected} == expected
+
+
+def test_with_several_models_every_engine_figure_carries_the_model():
+    busy = replace(STATS, busy_slots=3)
+    metrics = Metrics(lambda: [("a", STATS), ("b", busy)], labelled=True)
+    assert value(metrics, "llamacpp:requests_processing", model="a") == STATS.busy_slots
+    assert value(metrics, "llamacpp:requests_processing", model="b") == 3
+    engine_families = {
+        name
+        for name, labels in samples(metrics)
+        if name.startswith(("edgeserve_kv", "llamacpp:kv"))
+    }
+    assert engine_families
+    assert all(
+        ("model", "a") in labels or ("model", "b") in labels
+        for name, labels in samples(metrics)
+        if name in engine_families
+    )
+    unlabelled = Metrics(lambda: [("a", STATS)])
+    assert value(unlabelled, "llamacpp:requests_processing") == STATS.busy_slots

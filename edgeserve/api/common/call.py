@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -23,6 +23,7 @@ from edgeserve.errors import EngineError
 
 if TYPE_CHECKING:
     from edgeserve.api.common.generating_api import GenerationApi
+    from edgeserve.catalogue.status import Models
     from edgeserve.engine.client import Generation
 
 T = TypeVar("T")
@@ -66,13 +67,21 @@ class Call:
     bodies (see http/request.py) are parsed and answered off the event loop (`off_loop`)."""
 
     body: Any
-    engine: EngineClient
+    client: EngineClient | None  # the model the request runs on (None: a route of no model)
     limits: Limits
     model_name: str
     timeout_s: float
     record: RequestRecord
     large: bool = False
     allow_runtime_lora: bool = False  # --allow-runtime-lora: the adapter endpoints answer
+    models: Models | None = None  # every model of the server (GET /v1/models lists them)
+    query: Mapping[str, str] = field(default_factory=dict)  # the URL's query parameters
+
+    @property
+    def engine(self) -> EngineClient:
+        """The engine of the model the request runs on."""
+        assert self.client is not None, "a route that needs a model was mounted without one"
+        return self.client
 
     def adapters(self) -> AdapterSet:
         """The LoRA adapters the body asks the model to run under (see adapters.py; 400 or
@@ -136,3 +145,4 @@ class Route:
     method: Literal["GET", "POST"]
     path: str
     endpoint: Unary | GenerationApi[Any, Any]
+    uses_model: bool = True  # runs on the model the request names (False: on none)

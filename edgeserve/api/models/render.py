@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from edgeserve.api.models.wire import ModelCard, ModelList
+from edgeserve.api.common.media import input_modalities
+from edgeserve.api.models.wire import (
+    CatalogueCard,
+    CatalogueList,
+    ModelCard,
+    ModelList,
+    ModelMemory,
+    ModelStatus,
+)
+from edgeserve.catalogue.status import ModelState, Status
 from edgeserve.engine.adapters import Adapter
 
 
@@ -24,3 +33,28 @@ def models_body(
         for a in adapters
     ]
     return ModelList(data=cards).model_dump_json().encode()
+
+
+def catalogue_body(models: Sequence[ModelState], created: int) -> bytes:
+    """GET /models (and GET /v1/models with a catalogue): one card per model."""
+    cards = []
+    for state in models:
+        failed = state.status is Status.FAILED
+        kinds = state.media_kinds
+        cards.append(
+            CatalogueCard(
+                id=state.id,
+                created=created,
+                aliases=list(state.aliases),
+                status=ModelStatus(
+                    value=state.status.value,
+                    failed=True if failed else None,
+                    reason=state.failure if failed else None,
+                ),
+                memory=ModelMemory(estimated=state.estimated, measured=state.measured),
+                expires_at=state.expires_at,
+                pinned=state.pinned,
+                input_modalities=input_modalities(kinds) if kinds else None,
+            )
+        )
+    return CatalogueList(data=cards).model_dump_json().encode()

@@ -39,3 +39,52 @@ class ModelList(ProtocolModel):
 
     object: Literal["list"] = "list"
     data: list[ModelCard] = Field(default_factory=list)
+
+
+class ModelStatus(ProtocolModel):
+    """Where a catalogue model stands, in llama-server's router shape: `value` is loaded,
+    loading, unloaded or failed; a failed one says why."""
+
+    value: Literal["loaded", "loading", "unloaded", "failed"]
+    failed: bool | None = None
+    reason: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        for name in ("failed", "reason"):
+            if getattr(self, name) is None:
+                data.pop(name, None)
+        return data
+
+
+class ModelMemory(ProtocolModel):
+    """A catalogue model's memory in bytes: estimated from its GGUF before loading, and what
+    the process grew by when it loaded (None while not loaded)."""
+
+    estimated: int | None
+    measured: int | None
+
+
+class CatalogueCard(ProtocolModel):
+    """One catalogue model (GET /models, and GET /v1/models with several models): OpenAI's
+    card fields, then llama-server's router fields (`aliases`, `status`), its memory and when
+    it will unload (Unix seconds; None: not loaded, busy, or kept)."""
+
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: Literal["owner"] = "owner"
+    aliases: list[str] = Field(default_factory=list)
+    status: ModelStatus
+    memory: ModelMemory
+    expires_at: float | None = None
+    pinned: bool = False
+    input_modalities: list[str] | None = None
+
+
+class CatalogueList(ProtocolModel):
+    """Every catalogue model."""
+
+    object: Literal["list"] = "list"
+    data: list[CatalogueCard] = Field(default_factory=list)

@@ -284,6 +284,8 @@ class Detail:
         "adapters and their ids."
     )
     ADAPTER_UNKNOWN = "The LoRA adapter {name} is not loaded; GET /v1/models lists the adapters."
+    MODEL_UNKNOWN = "The model {name} does not exist; this server has: {available}."
+    MODEL_MISSING = "No model was named; this server has: {available}."
     ADAPTER_IN_USE = (
         "The LoRA adapter {name} is in use by {requests} running request(s); "
         "unload it once they have finished."

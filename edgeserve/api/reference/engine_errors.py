@@ -39,6 +39,19 @@ def engine_error(exc: errors.EngineError) -> errors.ApiError:
         case errors.AdapterInUse():
             detail = Detail.ADAPTER_IN_USE.format(name=exc.name, requests=exc.requests)
             return errors.ApiError(409, detail)
+        case errors.UnknownModel(name=None):
+            available = ", ".join(exc.available)
+            return errors.ApiError(
+                404, Detail.MODEL_MISSING.format(available=available), code="model_not_found"
+            )
+        case errors.UnknownModel():
+            available = ", ".join(exc.available)
+            detail = Detail.MODEL_UNKNOWN.format(name=exc.name, available=available)
+            return errors.ApiError(404, detail, code="model_not_found")
+        case errors.ModelRefused():
+            return bad(str(exc))
+        case errors.ModelUnavailable():
+            return errors.ApiError(503, exc.reason, {"Retry-After": str(exc.retry_after)})
         case errors.AdapterRefused():
             status, template = _ADAPTER_REFUSALS[exc.rule]
             fields = {"name": exc.name, "path": exc.path, "loaded_as": exc.loaded_as}

@@ -9,15 +9,18 @@ MESSAGE_ITEMS: Final = 3
 """How many items of a 422 list `error_message` names."""
 
 
-def error_body(detail: Any, *, with_message: bool) -> bytes:
+def error_body(detail: Any, *, with_message: bool, code: str | None = None) -> bytes:
     """`{"detail": ...}` as compact JSON with raw UTF-8 (unpaired surrogates are escaped).
 
     With `with_message` (README divergence 12; off with --reference-errors) the body also carries
-    `"message": error_message(detail)`, the field OpenAI's SDKs print as the exception text.
+    `"message": error_message(detail)`, the field OpenAI's SDKs print as the exception text,
+    and `"code"` where OpenAI has one for the error (`model_not_found`).
     """
     content = {"detail": detail}
     if with_message:
         content["message"] = error_message(detail)
+        if code is not None:
+            content["code"] = code
     text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     try:
         return text.encode()

@@ -1,7 +1,7 @@
 // This server's own API, as the page uses it. Paths are relative, so the page works under a
 // proxy's path prefix (--root-path) as at `/`.
 
-import { SseParser, errorMessage } from "./format.js";
+import { SseParser, errorMessage, listedModels } from "./format.js";
 
 const KEY_ITEM = "edgeserve.api-key";
 
@@ -28,12 +28,20 @@ async function call(path, { key = apiKey.get(), ...init } = {}) {
   return response;
 }
 
-/** GET /v1/models: the served model's id and its LoRA adapters' names (the cards whose
- * `parent` is the model), in the server's order; `key` tries a key other than the stored one. */
+/** GET /v1/models as listedModels reads it: the served model and its LoRA adapters, or a
+ * catalogue's models with their status; `key` tries a key other than the stored one. */
 export async function listModels(key = apiKey.get()) {
-  const cards = (await (await call("v1/models", { key })).json()).data;
-  const base = (cards.find((card) => !card.parent) ?? cards[0]).id;
-  return { base, adapters: cards.filter((card) => card.parent === base).map((card) => card.id) };
+  return listedModels((await (await call("v1/models", { key })).json()).data);
+}
+
+/** POST /models/load: load a catalogue model now; resolves once it has loaded, throws an
+ * ApiError that says why when it could not. */
+export async function loadModel(id) {
+  await call("models/load", {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ model: id }),
+  });
 }
 
 /** GET /health: its JSON at any status (503 while the model loads), null when unreachable. */

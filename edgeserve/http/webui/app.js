@@ -1,7 +1,7 @@
 // The chat page: settings, the conversation (kept in this page only), the server's state.
 
-import { ApiError, apiKey, chatStream, health, listModels } from "./api.js";
-import { chosenModel, describeAdapters, describeHealth } from "./format.js";
+import { ApiError, apiKey, chatStream, health, listModels, loadModel } from "./api.js";
+import { chosenModel, describeAdapters, describeHealth, modelChoices } from "./format.js";
 import { AnswerView, attachmentChip, userMessage } from "./view.js";
 
 const $ = (id) => document.getElementById(id);
@@ -27,12 +27,18 @@ const ui = {
   keyInput: $("key-input"),
   keyError: $("key-error"),
   keyState: $("key-state"),
+  problem: $("model-problem"),
 };
 
 const state = {
-  model: null, // the id GET /v1/models gives; null until the API answered
-  listed: "", // the base and adapter names the chooser shows, one a line
-  chosen: null, // what the page sends as `model`: the base's id or an adapter's name
+  model: null, // the id GET /v1/models gives (--model alone); null until then, and with a catalogue
+  catalogue: null, // a catalogue's models as last listed ({id, status, reason, input}), else null
+  listed: null, // the names the chooser shows, one a line
+  chosen: null, // what the page sends as `model` (the base, an adapter, a catalogue model); null
+  // until the API answered
+  loading: null, // the catalogue model the page is loading (its POST /models/load runs)
+  refused: null, // why the page's last load of the chosen catalogue model failed (the server says)
+  health: undefined, // the last /health answer (null: unreachable; undefined: none yet)
   history: [], // the turns sent with the next request
   images: [], // data URLs attached to the next message
   controller: null, // the running answer's AbortController
@@ -40,11 +46,12 @@ const state = {
   epoch: 0, // counts the clears: an answer that ends after one stays out of the history
 };
 
-// ---- the server: model, adapters, key, load ----------------------------------------------
+// ---- the server: model, adapters or catalogue, key, load -----------------------------------
 
 const CHOICE_ITEM = "edgeserve.model";
 
-/** The adapter chosen, kept in localStorage across reloads (nothing is kept for the base). */
+/** The adapter or catalogue model chosen, kept in localStorage across reloads (nothing is kept
+ * for the base). */
 const keptChoice = {
   get() {
     try {
@@ -77,10 +84,21 @@ function choose(name) {
   keptChoice.set(name);
 }
 
-/** What GET /v1/models listed ({base, adapters}): the model's name, and the chooser when
- * there are adapters (a choice no longer listed falls back to the base). */
+/** What GET /v1/models listed (as listedModels reads it): the model's name and the chooser
+ * when there are adapters, or a catalogue's chooser (a choice no longer listed falls back). */
 function setModels(listed) {
   state.model = listed.base;
+  state.catalogue = listed.models;
+  if (listed.models) showCatalogue(listed.models);
+  else showAdapters(listed);
+  const chosen = chosenModel(listed, state.chosen ?? keptChoice.get());
+  const changed = chosen !== state.chosen || ui.modelChoice.value !== chosen;
+  if (chosen !== null && changed) choose(chosen);
+  ui.keyState.hidden = !apiKey.get();
+  if (listed.models) showHealth(); // the chip follows the chosen model
+}
+
+function showAdapters(listed) {
   $("model-name").textContent = listed.base;
   $("info-adapters").textContent = describeAdapters(listed.adapters);
   const names = [listed.base, ...listed.adapters].join("\n");
@@ -93,13 +111,69 @@ function setModels(listed) {
     ui.modelChoice.hidden = listed.adapters.length === 0;
     $("model-name").hidden = listed.adapters.length > 0;
   }
-  const chosen = chosenModel(listed, state.chosen ?? keptChoice.get());
-  if (chosen !== state.chosen || ui.modelChoice.value !== chosen) choose(chosen);
-  ui.keyState.hidden = !apiKey.get();
 }
 
-/** The adapters again (one may have been loaded or unloaded at run time); a failure waits for
- * the next try, and a chat request shows any error. */
+/** A catalogue: every model in the chooser with its status (the texts change in place, so an
+ * open chooser stays open); the name alone says when there is none. */
+function showCatalogue(models) {
+  const choices = modelChoices(models);
+  const ids = choices.map((choice) => choice.value);
+  if (ids.join("\n") !== state.listed) {
+    state.listed = ids.join("\n");
+    ui.modelChoice.replaceChildren(optionGroup("Models", ids));
+    ui.modelChoice.title = "Which model answers: choosing one loads it";
+    ui.modelChoice.hidden = models.length === 0;
+    $("model-name").textContent = models.length ? ids.join(", ") : "no models";
+    $("model-name").hidden = models.length > 0;
+  }
+  choices.forEach((choice, index) => {
+    const option = ui.modelChoice.options[index];
+    option.text = choice.text;
+    option.title = choice.title;
+  });
+  if (listedChosen()?.status === "loaded") state.refused = null;
+}
+
+/** The chosen model as the catalogue last listed it (undefined with --model alone). */
+function listedChosen() {
+  return state.catalogue?.find((model) => model.id === state.chosen);
+}
+
+/** The chosen catalogue model as the page knows it (for describeHealth). */
+function chosenEntry() {
+  if (state.chosen === null) return null;
+  const listed = listedChosen();
+  return {
+    id: state.chosen,
+    loading: state.loading === state.chosen,
+    reason: state.refused ?? listed?.reason ?? null,
+    input: listed?.input ?? null,
+  };
+}
+
+/** Loads the chosen catalogue model, unless it is loaded: the chip says "loading <id>" at
+ * once and until it has loaded, or why it could not. */
+async function loadChosen() {
+  const id = state.chosen;
+  state.refused = null;
+  if (listedChosen()?.status !== "loaded") {
+    state.loading = id;
+    showHealth();
+    try {
+      await loadModel(id);
+    } catch (err) {
+      if (state.chosen === id) state.refused = err.message;
+      if (err.status === 401) askForKey(err.message);
+    } finally {
+      if (state.loading === id) state.loading = null;
+    }
+  }
+  refreshHealth();
+}
+
+/** The models again (an adapter may have been loaded or unloaded at run time, a catalogue
+ * model's status changed); a failure waits for the next try, and a chat request shows any
+ * error. */
 async function relist() {
   try {
     setModels(await listModels());
@@ -118,7 +192,7 @@ async function connect() {
 }
 
 function askForKey(error) {
-  if (!state.model) $("model-name").textContent = "API key needed";
+  if (!state.chosen) $("model-name").textContent = "API key needed";
   ui.keyDialog.hidden = false;
   ui.keyError.textContent = error;
   ui.keyError.hidden = !error;
@@ -147,24 +221,45 @@ $("forget-key").addEventListener("click", () => {
 
 let healthTimer = 0;
 
+/** Polls /health (with a catalogue, the models' list too): every 5 s, every second while a
+ * model loads, every 30 s while the tab is hidden. */
 async function refreshHealth() {
-  clearTimeout(healthTimer);
   const body = await health();
-  const chip = $("load-chip");
+  state.health = body;
+  if (body?.models && state.chosen !== null) await relist(); // the models' reasons, at once
+  showHealth();
   let delay = 5000;
+  const loading = body?.status === "loading" || body?.models?.some((m) => m.status === "loading");
+  if (loading || state.loading) delay = 1000;
+  else if (body && !body.models && state.chosen) relist();
+  clearTimeout(healthTimer); // one timer, however many polls ran at once
+  healthTimer = setTimeout(refreshHealth, document.hidden ? 30000 : delay);
+}
+
+/** The last /health answer on the page: the load chip, the server panel's lines (those that
+ * do not apply hidden), a failed load's reason, the attach button. */
+function showHealth() {
+  const body = state.health;
+  if (body === undefined) return;
+  const chip = $("load-chip");
   if (body === null) {
     chip.dataset.state = "down";
     $("load-text").textContent = "unreachable";
-  } else {
-    const seen = describeHealth(body);
-    chip.dataset.state = seen.state;
-    $("load-text").textContent = seen.text;
-    for (const [name, value] of Object.entries(seen.info)) $(`info-${name}`).textContent = value;
-    ui.attach.hidden = !(body.input_modalities ?? []).includes("image");
-    if (body.status === "loading") delay = 1000;
-    else if (state.model) relist();
+    return;
   }
-  healthTimer = setTimeout(refreshHealth, document.hidden ? 30000 : delay);
+  const chosen = body.models ? chosenEntry() : undefined;
+  const seen = describeHealth(body, chosen);
+  chip.dataset.state = seen.state;
+  $("load-text").textContent = seen.text;
+  for (const [name, value] of Object.entries(seen.info)) {
+    const line = $(`info-${name}`);
+    line.textContent = value ?? "";
+    line.hidden = line.previousElementSibling.hidden = value === null;
+  }
+  ui.problem.textContent = seen.problem ?? "";
+  ui.problem.hidden = !seen.problem;
+  const input = body.models ? chosen?.input : body.input_modalities;
+  ui.attach.hidden = !(input ?? []).includes("image");
 }
 
 document.addEventListener("visibilitychange", () => document.hidden || refreshHealth());
@@ -224,7 +319,7 @@ async function readAnswer(body, signal, reply, answer) {
 
 async function send() {
   const text = ui.prompt.value.trim();
-  if (state.controller || !state.model || (!text && !state.images.length)) return;
+  if (state.controller || !state.chosen || (!text && !state.images.length)) return;
   const images = state.images.splice(0);
   showAttachments();
   const turn = userTurn(text, images);
@@ -248,6 +343,8 @@ async function send() {
     lastTokenAt: null,
   };
   setRunning(controller);
+  const listed = listedChosen();
+  if (listed && listed.status !== "loaded") setTimeout(refreshHealth, 250); // it loads first
   try {
     await readAnswer(chatRequest(turn), controller.signal, reply, answer);
     answer.finish(reply, reply.finish === "length" ? "max tokens reached" : "");
@@ -337,7 +434,10 @@ ui.prompt.addEventListener("keydown", (event) => {
 ui.prompt.addEventListener("input", fitPrompt);
 ui.stop.addEventListener("click", () => state.controller?.abort());
 $("clear").addEventListener("click", clearConversation);
-ui.modelChoice.addEventListener("change", () => choose(ui.modelChoice.value));
+ui.modelChoice.addEventListener("change", () => {
+  choose(ui.modelChoice.value);
+  if (state.catalogue) loadChosen();
+});
 ui.temperature.addEventListener("input", () => {
   $("temperature-value").textContent = ui.temperature.value;
 });

@@ -90,11 +90,52 @@ export function formatRate(perSecond) {
   return `${perSecond.toFixed(perSecond < 100 ? 1 : 0)} tok/s`;
 }
 
-/** The model the page sends as `model` (and names its answers by), from GET /v1/models'
- * `listed` ({base, adapters}) and the choice kept from before: that adapter while the server
- * lists it, else the base model. */
+/** What GET /v1/models' cards list. With --model alone, `base` (the model's id) and
+ * `adapters` (its LoRA adapters' names: the cards whose `parent` is the model), `models`
+ * null. With a catalogue (its cards have a `status`), `base` null, no adapters, and `models`:
+ * each model's id, status, the reason its load failed (or null) and what it reads (text alone
+ * unless its card says more; null while it is not loaded: the server does not know yet), in
+ * the server's order. */
+export function listedModels(cards) {
+  if (!cards.length || cards.some((card) => card.status)) {
+    const models = cards.map((card) => ({
+      id: card.id,
+      status: card.status.value,
+      reason: card.status.reason ?? null,
+      input: card.input_modalities ?? (card.status.value === "loaded" ? ["text"] : null),
+    }));
+    return { base: null, adapters: [], models };
+  }
+  const base = (cards.find((card) => !card.parent) ?? cards[0]).id;
+  const adapters = cards.filter((card) => card.parent === base).map((card) => card.id);
+  return { base, adapters, models: null };
+}
+
+/** The model the page sends as `model` (and names its answers by), from `listed` (as
+ * listedModels gives it) and the choice kept from before. With --model alone: that adapter
+ * while the server lists it, else the base model. With a catalogue: that model while it is
+ * listed, else the first one loaded, else the first one (null when there is none). */
 export function chosenModel(listed, kept) {
-  return listed.adapters.includes(kept) ? kept : listed.base;
+  if (!listed.models) return listed.adapters.includes(kept) ? kept : listed.base;
+  const ids = listed.models.map((model) => model.id);
+  if (ids.includes(kept)) return kept;
+  return (listed.models.find((model) => model.status === "loaded") ?? listed.models[0])?.id ?? null;
+}
+
+/** A catalogue model in one line: its id and status ("gemma — loaded"). */
+export function modelLine(model) {
+  return `${model.id} — ${model.status}`;
+}
+
+/** The chooser's entries for a catalogue's models: the id as the value, the id and status as
+ * the text, and for a failed model the reason as the title (it stays choosable: choosing it
+ * tries the load again). */
+export function modelChoices(models) {
+  return models.map((model) => ({
+    value: model.id,
+    text: modelLine(model),
+    title: model.status === "failed" ? (model.reason ?? "failed to load") : "",
+  }));
 }
 
 /** The server panel's line for the LoRA adapters. */
@@ -103,8 +144,10 @@ export function describeAdapters(adapters) {
 }
 
 /** What /health says, in words for the page: the state of the load chip and its text, and
- * the server panel's lines. */
-export function describeHealth(health) {
+ * the server panel's lines. With a catalogue (`health.models`) see describeCatalogueHealth:
+ * `chosen` is the chosen model as the page knows it. */
+export function describeHealth(health, chosen) {
+  if (Array.isArray(health.models)) return describeCatalogueHealth(health, chosen);
   const busy = health.busy_slots ?? 0;
   const queued = health.queue_length ?? 0;
   let state = "idle";
@@ -129,4 +172,43 @@ export function describeHealth(health) {
       input: (health.input_modalities ?? ["text"]).join(", "),
     },
   };
+}
+
+/** /health with a catalogue ({status, models: [{id, status}]}) in words for the page. The
+ * load chip follows the chosen model (`chosen`: its `id`; `loading`, whether the page's own
+ * load of it runs; `reason`, why its last load failed or was refused, or null; `input`, what
+ * it reads, or null; null before the page has chosen): "loading <id>" while it loads, then
+ * "loaded"; a failure gives its reason as `problem`. The server panel lists every model with
+ * its status in place of one engine's figures (the lines that do not apply are null). */
+export function describeCatalogueHealth(health, chosen) {
+  const models = health.models;
+  return {
+    ...catalogueChip(health, chosen),
+    info: {
+      model: chosen?.id ?? "none",
+      models: models.length ? models.map(modelLine).join("\n") : "none",
+      adapters: null,
+      ctx: null,
+      slots: null,
+      queue: null,
+      kv: null,
+      gpu: null,
+      input: chosen?.input ? chosen.input.join(", ") : null,
+    },
+  };
+}
+
+function catalogueChip(health, chosen) {
+  const count = health.models.length;
+  const status = health.models.find((model) => model.id === chosen?.id)?.status;
+  const chip = (state, text, problem = null) => ({ state, text, problem });
+  if (health.status === "draining") return chip("down", "shutting down");
+  if (!count) return chip("down", "no models");
+  if (!chosen) return chip("unknown", `${count} model${count === 1 ? "" : "s"}`);
+  if (chosen.loading || status === "loading") return chip("loading", `loading ${chosen.id}`);
+  if (status === "loaded") return chip("idle", "loaded");
+  if (status === "failed" || chosen.reason) {
+    return chip("down", `${chosen.id} failed`, chosen.reason ?? `${chosen.id} failed to load`);
+  }
+  return chip("unknown", "not loaded");
 }
