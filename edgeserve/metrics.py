@@ -138,9 +138,7 @@ class Metrics:
     def collect(self) -> Iterator[Metric]:
         """The plain totals and the engine's snapshot (the registry calls it on every scrape)."""
         yield from self._request_totals()
-        rows = _Rows(self._stats(), self._labelled)
-        yield from _engine_work(rows)
-        yield from _engine_capacity(rows)
+        yield from _engine_figures(_Rows(self._stats(), self._labelled))
 
     def _request_totals(self) -> Iterator[Metric]:
         """The token and time totals of the finished requests, and the speed they make."""
@@ -167,53 +165,92 @@ class Metrics:
         )
 
 
-def _engine_work(rows: _Rows) -> Iterator[Metric]:
-    """The engine's work: prefix-cache reuse, busy slots, speculation and measured step costs."""
-    yield rows.counter(
+# The figures read from each engine at scrape time: (type, name, help, value).
+_ENGINE_FIGURES: tuple[tuple[str, str, str, Callable[[EngineStats], float]], ...] = (
+    (
+        "counter",
         "llamacpp:prompt_tokens_cached",
         "Number of prompt tokens reused from the prefix cache",
-        lambda stats: stats.prefix_cached_tokens,
-    )
-    yield rows.counter(
+        lambda s: s.prefix_cached_tokens,
+    ),
+    (
+        "counter",
         "edgeserve_prefix_cache_hits",
         "Requests whose prompt reused a cached prefix",
-        lambda stats: stats.prefix_cache_hits,
-    )
-    yield rows.gauge(
+        lambda s: s.prefix_cache_hits,
+    ),
+    (
+        "gauge",
         "llamacpp:requests_processing",
         "Number of requests processing",
-        lambda stats: stats.busy_slots,
-    )
-    yield rows.counter(
+        lambda s: s.busy_slots,
+    ),
+    (
+        "counter",
         "edgeserve_draft_tokens",
         "Tokens drafted by speculation (n-gram or draft model) and verified",
-        lambda stats: stats.draft_tokens,
-    )
-    yield rows.counter(
+        lambda s: s.draft_tokens,
+    ),
+    (
+        "counter",
         "edgeserve_draft_accepted_tokens",
         "Drafted tokens that were the answer's",
-        lambda stats: stats.draft_accepted_tokens,
-    )
-    yield rows.gauge(
+        lambda s: s.draft_accepted_tokens,
+    ),
+    (
+        "gauge",
         "edgeserve_step_fixed_seconds",
         "Measured cost of a generation step before its logit rows (0 until measured)",
-        lambda stats: stats.step_fixed_seconds,
-    )
-    yield rows.gauge(
+        lambda s: s.step_fixed_seconds,
+    ),
+    (
+        "gauge",
         "edgeserve_step_row_seconds",
         "Measured cost of one more logit row in a step (0 until measured)",
-        lambda stats: stats.step_row_seconds,
-    )
-    yield rows.gauge(
+        lambda s: s.step_row_seconds,
+    ),
+    (
+        "gauge",
         "edgeserve_step_prompt_token_seconds",
         "Measured cost of one prompt token in a step (0 until measured)",
-        lambda stats: stats.step_prompt_token_seconds,
-    )
-    yield rows.counter(
+        lambda s: s.step_prompt_token_seconds,
+    ),
+    (
+        "counter",
         "edgeserve_engine_steps",
         "Decodes run by the engine thread",
-        lambda stats: stats.engine_steps,
-    )
+        lambda s: s.engine_steps,
+    ),
+    (
+        "gauge",
+        "edgeserve_scoring_requests_processing",
+        "Score and embeddings requests being decoded",
+        lambda s: s.scoring_jobs,
+    ),
+    (
+        "gauge",
+        "llamacpp:requests_deferred",
+        "Number of requests deferred",
+        lambda s: s.queue_length,
+    ),
+    ("gauge", "llamacpp:kv_cache_tokens", "KV cache cells in use", lambda s: s.kv_cells_used),
+    (
+        "gauge",
+        "llamacpp:kv_cache_usage_ratio",
+        "KV cache usage (1 = all cells in use)",
+        lambda s: s.kv_cells_used / s.n_ctx if s.n_ctx else 0.0,
+    ),
+    ("gauge", "edgeserve_slots", "Sequence slots (--parallel)", lambda s: s.parallel),
+    ("gauge", "edgeserve_kv_cache_size_tokens", "KV cache cells (--ctx-size)", lambda s: s.n_ctx),
+    ("gauge", "edgeserve_model_loaded", "1 once the model is loaded", lambda s: int(s.loaded)),
+    ("gauge", "edgeserve_draining", "1 while shutting down", lambda s: int(s.draining)),
+)
+
+
+def _engine_figures(rows: _Rows) -> Iterator[Metric]:
+    """Every engine's figures (`_ENGINE_FIGURES`), then where its thread spent its steps."""
+    for kind, name, doc, value in _ENGINE_FIGURES:
+        yield rows.counter(name, doc, value) if kind == "counter" else rows.gauge(name, doc, value)
     phases = CounterMetricFamily(
         "edgeserve_engine_phase_seconds",
         "The engine thread's time in each phase of its steps (decode: inside llama_decode)",
@@ -223,39 +260,6 @@ def _engine_work(rows: _Rows) -> Iterator[Metric]:
         for phase, seconds in stats.phase_seconds:
             phases.add_metric([*rows.values(model), phase], seconds)
     yield phases
-
-
-def _engine_capacity(rows: _Rows) -> Iterator[Metric]:
-    """Scoring and queued requests, the KV cache and slots, and whether the model is loaded or
-    the server is draining."""
-    yield rows.gauge(
-        "edgeserve_scoring_requests_processing",
-        "Score and embeddings requests being decoded",
-        lambda stats: stats.scoring_jobs,
-    )
-    yield rows.gauge(
-        "llamacpp:requests_deferred",
-        "Number of requests deferred",
-        lambda stats: stats.queue_length,
-    )
-    yield rows.gauge(
-        "llamacpp:kv_cache_tokens", "KV cache cells in use", lambda stats: stats.kv_cells_used
-    )
-    yield rows.gauge(
-        "llamacpp:kv_cache_usage_ratio",
-        "KV cache usage (1 = all cells in use)",
-        lambda stats: stats.kv_cells_used / stats.n_ctx if stats.n_ctx else 0.0,
-    )
-    yield rows.gauge("edgeserve_slots", "Sequence slots (--parallel)", lambda stats: stats.parallel)
-    yield rows.gauge(
-        "edgeserve_kv_cache_size_tokens", "KV cache cells (--ctx-size)", lambda stats: stats.n_ctx
-    )
-    yield rows.gauge(
-        "edgeserve_model_loaded", "1 once the model is loaded", lambda stats: int(stats.loaded)
-    )
-    yield rows.gauge(
-        "edgeserve_draining", "1 while shutting down", lambda stats: int(stats.draining)
-    )
 
 
 class _Rows:
