@@ -24,7 +24,7 @@ from edgeserve.engine.llama.native_log import (
     init_backend,
     native_complaints,
 )
-from edgeserve.engine.llama.pages import new_context, trim_heap
+from edgeserve.engine.llama.pages import map_large_allocations, new_context, trim_heap
 from edgeserve.engine.llama.vocab import Vocabulary
 from edgeserve.engine.ports import DecodeLimits, EmbedSpan
 from edgeserve.engine.types import AdapterSet, EngineConfig
@@ -73,6 +73,7 @@ class LoadedModel(Vocabulary):
     def __init__(
         self, config: EngineConfig, limits: DecodeLimits, *, role: ModelRole = "chat"
     ) -> None:
+        map_large_allocations()
         init_backend()
         self.config = config
         self.limits = limits
@@ -410,8 +411,9 @@ class LoadedModel(Vocabulary):
         trim_heap()
 
     def close(self) -> None:
-        """Free the contexts and the model."""
+        """Free the contexts and the model, and hand the freed heap pages back."""
         self._stack.close()
+        trim_heap()
 
 
 def _as_reference(cparams: Any) -> None:
