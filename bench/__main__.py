@@ -36,7 +36,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -949,7 +949,7 @@ class Bench:
                         self.results["noisy_runs"].append(f"models {server.kind}#{rnd}")
                     result["runs"].append(data)
             await asyncio.sleep(1.0)
-            loaded = {server.kind: await models_memory(server) for server in running}
+            loaded = {server.kind: await models_memory(server, paths) for server in running}
             for rnd in range(a.rounds if running else 0):
                 for which, model_id in enumerate(several_models.switch_order(list(paths), rnd)):
                     shift = (rnd + which) % len(running)
@@ -1123,19 +1123,21 @@ async def start_all(
     return running
 
 
-async def models_memory(server: Server) -> dict[str, Any]:
+async def models_memory(server: Server, ids: Collection[str]) -> dict[str, Any]:
     """A catalogue server's memory now: the RSS of its process and those below it (`rss_both`:
-    taken with both models loaded), how many processes, each model's status and, where GET
-    /models shows them (edgeserve), the estimates."""
+    taken with both models loaded), how many processes, and of the models `ids` (not the
+    others llama-server lists, from its download cache) the status and, where GET /models
+    shows them (edgeserve), the estimates."""
     rss, processes = server.tree_rss()
     async with load.session() as http:
         listing = await several_models.listing(http, server.url)
     estimated = several_models.estimates(listing) if server.kind in EDGESERVES else {}
+    statuses = several_models.statuses(listing)
     return {
         "rss_both": rss,
         "processes": processes,
-        "statuses": several_models.statuses(listing),
-        "estimated": estimated,
+        "statuses": {m: statuses.get(m) for m in ids},
+        "estimated": {m: v for m, v in estimated.items() if m in ids},
     }
 
 

@@ -136,7 +136,7 @@ MODELS_ROUNDS = {
 }
 MODELS_PER_MODEL = {
     "cold_ttft_p50_ms": ("cold_ttft_p50_ms_by_model", "cold TTFT ms {}"),
-    "alternating_tps": ("alternating_per_model_tps", "tok/s {}"),
+    "alternating_tps": ("alternating_stream_tps_by_model", "stream tok/s {}"),
 }
 NA = "n/a"
 # The per-step overhead: a server's one-stream time per token beyond llama-bench's tg (the
@@ -587,6 +587,7 @@ def _budget_line(kind: str, mo: dict[str, Any], versus: Versus) -> str:
         f"{_fmt(_mib(bu['rss_peak']), '{:.0f}')} MiB (bound: budget + 10% = "
         f"{_mib(bu['bound']):.0f} MiB; {_fmt(_mib(bu['rss_start']), '{:.0f}')} MiB before the "
         f"first request), TTFT p50 {_fmt(bu['ttft_p50_ms'], '{:.0f}')} ms{note}"
+        + (f"; first error: {bu['error_samples'][0]}" if bu["error_samples"] else "")
     )
 
 
@@ -975,6 +976,8 @@ def models_targets(mo: dict[str, Any] | None) -> list[tuple[str, bool | None, st
         return [*out, (failed, None, reason), (peak, None, reason)]
     shown = f"{bu['errors']} of {bu['requests']} failed or cut short"
     out.append((failed, bu["errors"] == 0, shown))
+    if bu["errors"] == bu["requests"]:  # no model was loaded: the peak says nothing
+        return [*out, (peak, None, "not measured: every request failed")]
     out.append(_at_most(peak, _mib(bu["rss_peak"]), _mib(bu["budget"]), BUDGET_SLACK, "MiB"))
     return out
 

@@ -293,9 +293,10 @@ def _median(values: Sequence[float | None]) -> float | None:
 
 def summarize(runs: list[dict[str, Any]], cold: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     """One server's figures: the alternating runs' median aggregate tokens/s and inter-token
-    p99 (with each round's value, `<key>_rounds`) and each model's median share; the cold
-    switches' median TTFT over all of them (each one's value in `cold_ttft_ms_rounds`) and per
-    model; the streams cut short and the first errors of both."""
+    p99 (with each round's value, `<key>_rounds`) and each model's median stream speed (its
+    tokens/s after the first token); the cold switches' median TTFT over all of them (each
+    one's value in `cold_ttft_ms_rounds`) and per model; the streams cut short and the first
+    errors of both."""
     mine = sorted((r for r in runs if r["server"] == kind), key=lambda r: r["round"])
     switches = [c for c in cold if c["server"] == kind]
     out: dict[str, Any] = {}
@@ -307,8 +308,9 @@ def summarize(runs: list[dict[str, Any]], cold: list[dict[str, Any]], kind: str)
         out[key] = _median(values)
         out[f"{key}_rounds"] = [v for v in values if v is not None]
     models = sorted({m for r in mine for m in r.get("per_model") or {}})
-    out["alternating_per_model_tps"] = {
-        m: _median([(r.get("per_model") or {}).get(m, {}).get("tps") for r in mine]) for m in models
+    out["alternating_stream_tps_by_model"] = {
+        m: _median([(r.get("per_model") or {}).get(m, {}).get("stream_tps_p50") for r in mine])
+        for m in models
     }
     ttfts = [c["ttft_ms"] for c in switches]
     out["cold_ttft_p50_ms"] = _median(ttfts)

@@ -241,7 +241,10 @@ def recorded(server: str, rnd: int, tps: float, itl_p99: float = 30.0, **more: A
         "itl_p99_ms": itl_p99,
         "short": 0,
         "errors": [],
-        "per_model": {"gemma": {"tps": tps / 4}, "smollm2": {"tps": 3 * tps / 4}},
+        "per_model": {
+            "gemma": {"tps": tps / 4, "stream_tps_p50": tps / 2},
+            "smollm2": {"tps": 3 * tps / 4, "stream_tps_p50": 3 * tps / 2},
+        },
     } | more
 
 
@@ -268,7 +271,7 @@ def test_summarize_from_recorded_runs_and_switches():
     assert got["alternating_tps"] == 50.0
     assert got["alternating_tps_rounds"] == [40.0, 60.0]  # by round
     assert got["alternating_itl_p99_ms"] == 40.0
-    assert got["alternating_per_model_tps"] == {"gemma": 12.5, "smollm2": 37.5}
+    assert got["alternating_stream_tps_by_model"] == {"gemma": 25.0, "smollm2": 75.0}
     assert got["cold_ttft_p50_ms"] == 700.0
     assert got["cold_ttft_ms_rounds"] == [900.0, 300.0, 500.0, 1100.0]
     assert got["cold_ttft_p50_ms_by_model"] == {"gemma": 1000.0, "smollm2": 400.0}
@@ -325,7 +328,15 @@ def models_figures(cold: float, tps: float, rss_mib: float, spread: float = 0.0)
 
 
 def budget(errors: int = 0, peak_mib: float = 480.0) -> dict:
-    done = [("gemma", Stream(ttft=0.9, tokens=8, short=i < errors)) for i in range(50)]
+    done = [
+        (
+            "gemma",
+            Stream(
+                ttft=0.9, tokens=8, short=i < errors, error="HTTP 503: x" if i < errors else None
+            ),
+        )
+        for i in range(50)
+    ]
     estimated = {"gemma": 400 * MIB, "smollm2": 240 * MIB}
     return several_models.budget_figures(done, 520 * MIB, estimated, 95 * MIB, peak_mib * MIB)
 
@@ -369,7 +380,7 @@ def test_report_beside_llama_server_and_n_a_for_an_old_baseline():
     assert row(lines, TITLE, "cold TTFT ms gemma") == ["800", "n/a", "1000", "0.80", "n/a"]
     assert row(lines, TITLE, "cold TTFT ms smollm2") == ["400", "n/a", "600", "0.67", "n/a"]
     assert row(lines, TITLE, "alternating tok/s") == ["50.0", "n/a", "40.0", "1.25", "n/a"]
-    assert row(lines, TITLE, "tok/s smollm2") == ["37.5", "n/a", "30.0", "1.25", "n/a"]
+    assert row(lines, TITLE, "stream tok/s smollm2") == ["75.0", "n/a", "60.0", "1.25", "n/a"]
     assert row(lines, TITLE, "RSS both loaded MiB") == ["420", "n/a", "480", "0.88", "n/a"]
     assert row(lines, TITLE, "processes") == ["1", "n/a", "3", "0.33", "n/a"]
     assert row(lines, TITLE, "streams cut short") == ["0", "n/a", "0", "-", "n/a"]
@@ -425,6 +436,7 @@ def test_the_models_targets():
     assert checks[f"{within}: 0 failed"] == (True, "0 of 50 failed or cut short")
     assert checks[f"{within}: peak RSS <= budget + 10%"] == (True, "480 vs 520 MiB (ratio 0.92)")
     data["models"][EDGESERVE]["budget"] = budget(errors=1, peak_mib=580.0)
+    assert any(line.endswith("; first error: gemma: HTTP 503: x") for line in lines_of(data))
     data["models"][EDGESERVE]["cold_ttft_p50_ms"] = 900.0
     data["models"][EDGESERVE]["rss_both"] = 500 * MIB
     checks = {what: (ok, why) for what, ok, why in report.targets(data)}
@@ -432,6 +444,12 @@ def test_the_models_targets():
     assert checks["models: RSS both loaded <= llama-server's router + children"][0] is False
     assert checks[f"{within}: 0 failed"] == (False, "1 of 50 failed or cut short")
     assert checks[f"{within}: peak RSS <= budget + 10%"][0] is False  # 580 > 572
+    data["models"][EDGESERVE]["budget"] = budget(errors=50, peak_mib=90.0)
+    checks = {what: (ok, why) for what, ok, why in report.targets(data)}
+    assert checks[f"{within}: peak RSS <= budget + 10%"] == (
+        None,
+        "not measured: every request failed",
+    )
     data["models"][EDGESERVE]["budget"] = {"error": "did not start: boom"}
     del data["models"][LLAMA_SERVER]
     checks = {what: (ok, why) for what, ok, why in report.targets(data)}
