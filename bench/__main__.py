@@ -1041,7 +1041,7 @@ class Bench:
         except RuntimeError as exc:
             return {"error": images.start_failure(str(exc))}
         rss_start = server.rss_now()
-        done = await several_models.one_at_a_time(server.url, kind, eog, n)
+        done = await several_models.one_at_a_time(server.url, kind, eog, n, server.rss_now)
         peak = server.rss().get("VmHWM")
         servers.stop(server)
         figures = several_models.budget_figures(done, budget, estimated, rss_start, peak)

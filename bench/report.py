@@ -586,8 +586,19 @@ def _budget_line(kind: str, mo: dict[str, Any], versus: Versus) -> str:
         f"alternating: {bu['errors']} failed or cut short; peak RSS "
         f"{_fmt(_mib(bu['rss_peak']), '{:.0f}')} MiB (bound: budget + 10% = "
         f"{_mib(bu['bound']):.0f} MiB; {_fmt(_mib(bu['rss_start']), '{:.0f}')} MiB before the "
-        f"first request), TTFT p50 {_fmt(bu['ttft_p50_ms'], '{:.0f}')} ms{note}"
+        f"first request; after the answers: {_rss_range(bu.get('rss_after') or [])}), TTFT "
+        f"p50 {_fmt(bu['ttft_p50_ms'], '{:.0f}')} ms{note}"
         + (f"; first error: {bu['error_samples'][0]}" if bu["error_samples"] else "")
+    )
+
+
+def _rss_range(values: list[int]) -> str:
+    """RSS samples in a few words: the first, the largest and the last, in MiB."""
+    if not values:
+        return "not read"
+    return (
+        f"first {_mib(values[0]):.0f}, largest {_mib(max(values)):.0f}, last "
+        f"{_mib(values[-1]):.0f} MiB"
     )
 
 

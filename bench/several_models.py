@@ -38,7 +38,7 @@ import asyncio
 import re
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -258,10 +258,14 @@ async def alternating(
 
 
 async def one_at_a_time(
-    url: str, kind: str, models: Mapping[str, Sequence[int]], requests: int
-) -> list[tuple[str, load.Stream]]:
+    url: str,
+    kind: str,
+    models: Mapping[str, Sequence[int]],
+    requests: int,
+    rss: Callable[[], int],
+) -> list[tuple[str, load.Stream, int]]:
     """`requests` short requests one after the other, the models taking turns (the budget
-    case); (model id, stream) each."""
+    case); (model id, stream, the server's RSS after its answer: `rss()`) each."""
     ids = list(models)
     done = []
     async with load.session() as http:
@@ -269,7 +273,7 @@ async def one_at_a_time(
             model_id = ids[i % len(ids)]
             prompt = load.prompt_text(BUDGET_INDEX + i, SWITCH_WORDS)
             req = body(kind, model_id, models[model_id], prompt, SWITCH_TOKENS)
-            done.append((model_id, await load.stream_chat(http, url, req)))
+            done.append((model_id, await load.stream_chat(http, url, req), rss()))
     return done
 
 
@@ -330,7 +334,7 @@ def summarize(runs: list[dict[str, Any]], cold: list[dict[str, Any]], kind: str)
 
 
 def budget_figures(
-    done: list[tuple[str, load.Stream]],
+    done: list[tuple[str, load.Stream, int]],
     budget: int,
     estimated: Mapping[str, int],
     rss_start: int | None,
@@ -338,8 +342,9 @@ def budget_figures(
 ) -> dict[str, Any]:
     """The one-model budget case: its requests, those that failed or were cut short, the
     first errors, the median time to the first token (each one a switch), the RSS before the
-    first request and at its peak against the budget + 10%."""
-    streams = [s for _, s in done]
+    first request, after each answer (`rss_after`: whether it grows with the switches) and at
+    its peak (VmHWM, between the answers too) against the budget + 10%."""
+    streams = [s for _, s, _ in done]
     bound = int(budget * BUDGET_SLACK)
     return {
         "budget": budget,
@@ -347,9 +352,10 @@ def budget_figures(
         "estimated": dict(estimated),
         "requests": len(streams),
         "errors": sum(s.short for s in streams),
-        "error_samples": [f"{m}: {s.error}" for m, s in done if s.error][:5],
+        "error_samples": [f"{m}: {s.error}" for m, s, _ in done if s.error][:5],
         "ttft_p50_ms": _median([None if s.ttft is None else s.ttft * 1000.0 for s in streams]),
         "rss_start": rss_start,
+        "rss_after": [rss for _, _, rss in done],
         "rss_peak": rss_peak,
         "within": None if rss_peak is None else rss_peak <= bound,
     }

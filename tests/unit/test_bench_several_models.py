@@ -293,7 +293,12 @@ def test_the_budget_case_s_figures():
     ok = Stream(ttft=0.8, tokens=8, short=False)
     cut = Stream(ttft=0.4, tokens=3, short=True)
     failed = Stream(error="HTTP 503: no room", short=True)
-    done = [("gemma", ok), ("smollm2", cut), ("gemma", failed), ("smollm2", ok)]
+    done = [
+        ("gemma", ok, 400 * MIB),
+        ("smollm2", cut, 300 * MIB),
+        ("gemma", failed, 410 * MIB),
+        ("smollm2", ok, 310 * MIB),
+    ]
     estimated = {"gemma": 400 * MIB, "smollm2": 240 * MIB}
     got = several_models.budget_figures(done, 520 * MIB, estimated, 90 * MIB, 560 * MIB)
     assert got == {
@@ -305,6 +310,7 @@ def test_the_budget_case_s_figures():
         "error_samples": ["gemma: HTTP 503: no room"],
         "ttft_p50_ms": pytest.approx(800.0),
         "rss_start": 90 * MIB,
+        "rss_after": [400 * MIB, 300 * MIB, 410 * MIB, 310 * MIB],
         "rss_peak": 560 * MIB,
         "within": True,
     }
@@ -334,6 +340,7 @@ def budget(errors: int = 0, peak_mib: float = 480.0) -> dict:
             Stream(
                 ttft=0.9, tokens=8, short=i < errors, error="HTTP 503: x" if i < errors else None
             ),
+            (400 + i) * MIB,
         )
         for i in range(50)
     ]
@@ -393,7 +400,7 @@ def test_report_beside_llama_server_and_n_a_for_an_old_baseline():
         "  edgeserve within a one-model budget (--models-memory 520 MiB; estimated gemma ~400, "
         "smollm2 ~240 MiB): 50 requests one at a time, the models alternating: 0 failed or cut "
         "short; peak RSS 480 MiB (bound: budget + 10% = 572 MiB; 95 MiB before the first "
-        "request), TTFT p50 900 ms"
+        "request; after the answers: first 400, largest 449, last 449 MiB), TTFT p50 900 ms"
     ) in mo
     assert "  edgeserve-baseline n/a: no --models-dir" in mo
     labels = {f.label for f in report.versus_previous(data)}
@@ -512,11 +519,15 @@ async def test_the_budget_case_s_requests_alternate_one_at_a_time(aiohttp_server
     seen: list[dict] = []
     server = await aiohttp_server(streaming_chat_app(seen.append))
     url = str(server.make_url("")).rstrip("/")
-    done = await several_models.one_at_a_time(url, EDGESERVE, {"a": (1,), "b": (2,)}, 5)
+    reads = iter(range(100, 105))
+    done = await several_models.one_at_a_time(
+        url, EDGESERVE, {"a": (1,), "b": (2,)}, 5, lambda: next(reads)
+    )
     assert [body["model"] for body in seen] == ["a", "b", "a", "b", "a"]
-    assert [m for m, _ in done] == ["a", "b", "a", "b", "a"]
+    assert [m for m, _, _ in done] == ["a", "b", "a", "b", "a"]
+    assert [rss for _, _, rss in done] == [100, 101, 102, 103, 104]  # read after each answer
     assert all(body["max_tokens"] == several_models.SWITCH_TOKENS for body in seen)
-    assert not any(s.short for _, s in done)
+    assert not any(s.short for _, s, _ in done)
     warm: list[dict] = []
     server = await aiohttp_server(streaming_chat_app(warm.append))
     url = str(server.make_url("")).rstrip("/")
