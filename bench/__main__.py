@@ -16,7 +16,10 @@ embeddings against a llama-server of its own with `--embeddings`, the grounded w
 image requests against a llama-server of its own with `--mmproj` (bench/images.py;
 --images-only runs that alone), and base + two LoRA adapters against a llama-server with the
 same adapters, requests under the three sets side by side (bench/lora.py; --lora-only runs
-that alone); at the highest N, edgeserve takes the abuse case
+that alone); last, the two models in one folder behind each edgeserve's catalogue and
+llama-server's router: cold switches, alternating streams, RSS with both loaded, and edgeserve
+within a one-model memory budget (bench/several_models.py; --models-only runs that alone);
+at the highest N, edgeserve takes the abuse case
 (bench/abuse.py) and a memory soak of short mixed requests. With --baseline, the
 previous edgeserve (`edgeserve-baseline`) runs every one of edgeserve's workloads beside it, and
 the report compares the two ("vs previous", "Regressions"). Prints the table and the
@@ -27,12 +30,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -48,6 +52,7 @@ from bench import (
     lora,
     report,
     scoring,
+    several_models,
     soak,
     structured,
 )
@@ -73,6 +78,8 @@ MIB = 1024 * 1024
 # The long-context memory case: cells, and the --parallel values it runs at.
 LONG_CTX = 32768
 LONG_CTX_PARALLEL = (4, 1)
+# The workloads that can run alone, each with its --NAME-only switch.
+ONLY_WORKLOADS = ("images", "lora", "models")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -159,6 +166,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="run the LoRA adapters workload alone (no load levels, no other workload)",
     )
     p.add_argument(
+        "--models-budget-requests",
+        type=int,
+        help="several-models workload: requests one at a time within a one-model budget "
+        "[50; quick 20]",
+    )
+    p.add_argument("--no-models", action="store_true", help="skip the several-models workload")
+    p.add_argument(
+        "--models-only",
+        action="store_true",
+        help="run the several-models workload alone (the default and the second model behind "
+        "one server; no load levels, no other workload)",
+    )
+    p.add_argument(
         "--sampled-temperature",
         type=float,
         default=0.7,
@@ -189,7 +209,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
              "conversations": (4, 2), "score_texts": (64, 8), "structured": (8, 4),
              "embed_texts": (64, 16), "soak_requests": (1000, 200),
              "grounded_rounds": (2, 1), "image_requests": (8, 3),
-             "lora_requests": (1, 1)}  # fmt: skip
+             "lora_requests": (1, 1), "models_budget_requests": (50, 20)}  # fmt: skip
     for name, (full, quick) in sizes.items():
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
@@ -207,12 +227,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--lora-only and --no-lora exclude each other")
     if args.long_prompt_only and args.no_long_prompt:
         p.error("--long-prompt-only and --no-long-prompt exclude each other")
-    alone = [f"--{name}-only" for name in ("images", "lora", "long-prompt", "model2")
+    if args.models_only and args.no_models:
+        p.error("--models-only and --no-models exclude each other")
+    alone = [f"--{name}-only" for name in ("images", "lora", "models", "long-prompt", "model2")
              if getattr(args, f"{name.replace('-', '_')}_only")]  # fmt: skip
     if len(alone) > 1 and alone != ["--long-prompt-only", "--model2-only"]:
         p.error(f"{' and '.join(alone)} exclude each other")
-    if args.model2_only and args.model2 == "none":
-        p.error("--model2-only needs a second model (--model2)")
+    for flag in ("--model2-only", "--models-only"):
+        if getattr(args, flag[2:].replace("-", "_")) and args.model2 == "none":
+            p.error(f"{flag} needs a second model (--model2)")
     if args.model2 not in (SMOLLM2, "none") and not Path(args.model2).is_file():
         p.error(f"no model at --model2 {args.model2}")
     try:
@@ -222,6 +245,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.mmproj is not None and not args.mmproj.is_file():
         p.error(f"no projector at {args.mmproj}")
     return args
+
+
+def only_workload(args: argparse.Namespace) -> str | None:
+    """The workload that runs alone (--images-only, --lora-only, --models-only), or None."""
+    return next((name for name in ONLY_WORKLOADS if getattr(args, f"{name}_only")), None)
 
 
 def chosen_servers(servers: str | None, baseline_path: Path | None) -> list[str]:
@@ -262,7 +290,8 @@ class Bench:
 
     def __init__(self, args: argparse.Namespace, model2: Path | None = None) -> None:
         self.args = args
-        alone = args.images_only or args.lora_only or args.long_prompt_only
+        self.only = only_workload(args)
+        alone = self.only is not None or args.long_prompt_only
         self.levels = [] if alone else [int(c) for c in args.concurrency.split(",")]
         self.kinds = [k for k in ALL_SERVERS if k in args.servers.split(",")]
         self.default = read_model(args.model)
@@ -300,10 +329,11 @@ class Bench:
             "llama_bench_runs": [],
             "noisy_runs": [],
         }
+        self.model2 = model2
         self.speed_models: list[SpeedModel] = []
-        if not args.model2_only:
+        if self.only is None and not args.model2_only:
             self.speed_models.append(SpeedModel(self.default, self.setup, self.results, True))
-        if model2 is not None:
+        if self.only is None and model2 is not None:
             info = read_model(model2)
             out = {
                 "config": self.speed_config(info, self.levels),
@@ -340,19 +370,21 @@ class Bench:
             with Servers(model.setup) as servers:
                 for i, c in enumerate(self.levels):
                     await self.level(servers, model, i, c)
-                if not (a.no_long_prompt or a.images_only or a.lora_only):
+                if not a.no_long_prompt:
                     await self.long_prompt(servers, model)
         if not (a.model2_only or a.long_prompt_only):
             with Servers(self.setup) as servers:
-                if not (a.images_only or a.lora_only):
+                if self.only is None:
                     await self.long_context(servers)
                     await self.embeddings(servers)
                     for c in (1, 4):
                         await self.grounded(servers, c)
-                if not a.lora_only:
+                if self.only in (None, "images"):
                     await self.images(servers)
-                if not a.images_only:
+                if self.only in (None, "lora"):
                     await self.lora(servers)
+            if self.only in (None, "models"):
+                await self.several_models()
         self.results["elapsed_s"] = time.time() - self.started
         self.results["summary"] = report.summarize(self.results)
         if "model2" in self.results:
@@ -686,28 +718,14 @@ class Bench:
             reason = images.missing_mmproj(kind, self.setup)
             if reason:
                 unsupported[kind] = reason
-        extra = ("--mmproj", str(mmproj))
-        running = [
-            servers.start(kind, images.PARALLEL, extra) for kind in kinds if kind not in unsupported
-        ]
-        started = await asyncio.gather(
-            *(servers.wait_ready(s) for s in running), return_exceptions=True
+        running = await start_all(
+            servers,
+            kinds,
+            images.PARALLEL,
+            lambda kind: ("--mmproj", str(mmproj)),
+            lambda s: images.warm_up(s.url, s.kind, images.WIDTH, images.HEIGHT, self.eog),
+            unsupported,
         )
-        for server, outcome in zip(list(running), started, strict=True):
-            if isinstance(outcome, BaseException):
-                unsupported[server.kind] = images.start_failure(str(outcome))
-        for server in list(running):
-            if server.kind not in unsupported:
-                error = await images.warm_up(
-                    server.url, server.kind, images.WIDTH, images.HEIGHT, self.eog
-                )
-                if error:
-                    unsupported[server.kind] = f"warm-up: {error}"
-            if server.kind in unsupported:
-                servers.stop(server)
-                running.remove(server)
-        for kind, reason in unsupported.items():
-            print(f"  {kind}: n/a ({reason})", flush=True)
         if running:
             await self.wait_quiet(running)
             meter, began = CpuMeter(running), time.perf_counter()
@@ -764,31 +782,18 @@ class Bench:
             reason = lora.missing_lora(kind, self.setup)
             if reason:
                 unsupported[kind] = reason
-        running = [
-            servers.start(kind, lora.PARALLEL, lora.server_args(kind, paths))
-            for kind in kinds
-            if kind not in unsupported
-        ]
-        started = await asyncio.gather(
-            *(servers.wait_ready(s) for s in running), return_exceptions=True
-        )
-        for server, outcome in zip(list(running), started, strict=True):
-            if isinstance(outcome, BaseException):
-                unsupported[server.kind] = images.start_failure(str(outcome))
         warm: dict[str, dict[str, str]] = {}
-        for server in list(running):
-            if server.kind not in unsupported:
-                answered = await lora.warm_up(server.url, server.kind)
-                if answered["error"]:
-                    unsupported[server.kind] = f"warm-up: {answered['error']}"
-                else:
-                    warm[server.kind] = answered["texts"]
-                    server.loaded_rss = server.rss_now()
-            if server.kind in unsupported:
-                servers.stop(server)
-                running.remove(server)
-        for kind, reason in unsupported.items():
-            print(f"  {kind}: n/a ({reason})", flush=True)
+
+        async def warm_up(server: Server) -> str | None:
+            answered = await lora.warm_up(server.url, server.kind)
+            if answered["error"]:
+                return str(answered["error"])
+            warm[server.kind] = answered["texts"]
+            server.loaded_rss = server.rss_now()
+            return None
+
+        extra = functools.partial(lora.server_args, paths=paths)
+        running = await start_all(servers, kinds, lora.PARALLEL, extra, warm_up, unsupported)
         for rnd in range(a.rounds if running else 0):
             for server, mode in lora.turns(running, rnd):
                 noise, data = await self.quietest(running, self.lora_run(server, mode, rnd))
@@ -879,6 +884,172 @@ class Bench:
             for server in running.values():
                 servers.stop(server)
 
+    async def several_models(self) -> None:
+        """The several-models workload (bench/several_models.py): the default and the second
+        model in one folder behind each edgeserve's catalogue and llama-server's router,
+        alternating runs with both loaded, the RSS then, and cold switches, the servers taking
+        turns; then each edgeserve within a one-model budget. A server without --models-dir
+        shows n/a."""
+        a = self.args
+        if a.no_models or EDGESERVE not in self.kinds:
+            return
+        if self.model2 is None:
+            print("several models: skipped (no second model: --model2 none)", flush=True)
+            return
+        began = time.time()
+        paths = several_models.model_ids([self.setup.model, self.model2])
+        infos = {model_id: read_model(path) for model_id, path in paths.items()}
+        eog = {model_id: info.eog_ids for model_id, info in infos.items()}
+        folder = several_models.write_models_dir(a.out / "models-dir", paths)
+        preset = a.out / several_models.PRESET_NAME
+        preset.write_text(several_models.preset_ini({m: i.chat_format for m, i in infos.items()}))
+        setup = replace(self.setup, models_dir=folder, chat_format=None)
+        kinds = [kind for kind in self.kinds if kind in several_models.KINDS]
+        print(f"several models: {' + '.join(paths)} in {folder}, {', '.join(kinds)}, --parallel "
+              f"{several_models.PARALLEL} ...", flush=True)  # fmt: skip
+        result: dict[str, Any] = {
+            "models": {
+                m: {
+                    "path": str(i.path),
+                    "mib": i.path.stat().st_size / MIB,
+                    "chat_format": i.chat_format,
+                }
+                for m, i in infos.items()
+            },
+            "parallel": several_models.PARALLEL,
+            "max_tokens": a.tokens,
+            "requests": a.requests,
+            "prompt_words": a.prompt_words,
+            "rounds": a.rounds,
+            "switch_tokens": several_models.SWITCH_TOKENS,
+            "switch_words": several_models.SWITCH_WORDS,
+            "unsupported": {},
+            "runs": [],
+            "cold": [],
+        }
+        unsupported: dict[str, str] = result["unsupported"]
+        for kind in kinds:
+            reason = several_models.missing_catalogue(kind, setup)
+            if reason:
+                unsupported[kind] = reason
+        with Servers(setup) as servers:
+
+            async def warm_up(server: Server) -> str | None:
+                return await several_models.warm_up(server.url, server.kind, eog)
+
+            extra = functools.partial(several_models.server_args, preset=preset)
+            running = await start_all(
+                servers, kinds, several_models.PARALLEL, extra, warm_up, unsupported
+            )
+            for rnd in range(a.rounds if running else 0):
+                for server in running[rnd % len(running) :] + running[: rnd % len(running)]:
+                    attempt = self.models_run(server, eog, rnd)
+                    noise, data = await self.quietest(running, attempt)
+                    if noise > 0.2:
+                        self.results["noisy_runs"].append(f"models {server.kind}#{rnd}")
+                    result["runs"].append(data)
+            await asyncio.sleep(1.0)
+            loaded = {server.kind: await models_memory(server, paths) for server in running}
+            for rnd in range(a.rounds if running else 0):
+                for which, model_id in enumerate(several_models.switch_order(list(paths), rnd)):
+                    shift = (rnd + which) % len(running)
+                    for server in running[shift:] + running[:shift]:
+                        got = await self.cold_switch(running, server, model_id, eog, rnd, which)
+                        result["cold"].append(got)
+            for server in running:
+                figures = several_models.summarize(result["runs"], result["cold"], server.kind)
+                result[server.kind] = figures | loaded[server.kind]
+                servers.stop(server)
+            for server in running:
+                if server.kind in EDGESERVES:
+                    estimated = loaded[server.kind]["estimated"]
+                    result[server.kind]["budget"] = await self.models_budget(
+                        servers, server.kind, estimated, eog
+                    )
+        result["elapsed_s"] = time.time() - began
+        print(f"  (several-models workload {result['elapsed_s']:.0f} s)", flush=True)
+        self.results["models"] = result
+
+    def models_run(
+        self, server: Server, eog: dict[str, tuple[int, ...]], rnd: int
+    ) -> Callable[[int], Awaitable[dict[str, Any]]]:
+        """One alternating run of the several-models workload on `server`, as `quietest`
+        takes it."""
+        a = self.args
+
+        async def attempt(tried: int) -> dict[str, Any]:
+            cpu0 = server.cpu()
+            data = await several_models.alternating(
+                server.url, server.kind, eog, rnd, a.requests, a.tokens, a.prompt_words, tried
+            )
+            data["server_cpu_s"] = server.cpu() - cpu0
+            shares = " / ".join(f"{m['tps']:.1f}" for m in data["per_model"].values())
+            print(f"  {server.kind:18} models round {rnd}: {data['aggregate_tps']:7.1f} tok/s "
+                  f"aggregate ({shares} per model), ITL p99 {data['itl_p99_ms'] or 0:6.1f} ms, "
+                  f"{data['short']} cut short"
+                  + (f", {data['errors'][0]}" if data["errors"] else ""), flush=True)  # fmt: skip
+            return data
+
+        return attempt
+
+    async def cold_switch(
+        self,
+        running: list[Server],
+        server: Server,
+        model_id: str,
+        eog: dict[str, tuple[int, ...]],
+        rnd: int,
+        which: int,
+    ) -> dict[str, Any]:
+        """Every model of `server` unloaded, then round `rnd`'s `which`-th short request, for
+        `model_id`, on a quiet machine; its record."""
+        await several_models.unload_all(server)
+        await self.wait_quiet(running)
+        meter, began = CpuMeter(running), time.perf_counter()
+        index = several_models.cold_index(rnd, which)
+        got = await several_models.first_token(
+            server.url, server.kind, model_id, eog[model_id], index
+        )
+        if meter.other() > 0.2 * (time.perf_counter() - began):
+            self.results["noisy_runs"].append(f"models cold {server.kind} {model_id}#{rnd}")
+        print(f"  {server.kind:18} cold switch to {model_id} round {rnd}: TTFT "
+              f"{(got.ttft or 0) * 1000:6.0f} ms"
+              + (f", {got.error}" if got.error else ""), flush=True)  # fmt: skip
+        return several_models.cold_record(server.kind, rnd, model_id, got)
+
+    async def models_budget(
+        self,
+        servers: Servers,
+        kind: str,
+        estimated: dict[str, int],
+        eog: dict[str, tuple[int, ...]],
+    ) -> dict[str, Any]:
+        """A fresh `kind` whose models' memory budget fits the larger model alone; the
+        requests one at a time, the models alternating; `budget_figures`."""
+        n = self.args.models_budget_requests
+        if len(estimated) < len(eog):
+            return {"error": f"GET /models gave estimates for {', '.join(estimated) or 'none'}"}
+        budget = several_models.one_model_budget(estimated)
+        print(f"  {kind} within --models-memory {budget / MIB:.0f} MiB: {n} requests one at a "
+              f"time, the models alternating ...", flush=True)  # fmt: skip
+        server = servers.start(
+            kind, several_models.PARALLEL, several_models.server_args(kind, budget=budget),
+            tag="budget",
+        )  # fmt: skip
+        try:
+            await servers.wait_ready(server)
+        except RuntimeError as exc:
+            return {"error": images.start_failure(str(exc))}
+        rss_start = server.rss_now()
+        done = await several_models.one_at_a_time(server.url, kind, eog, n, server.rss_now)
+        peak = server.rss().get("VmHWM")
+        servers.stop(server)
+        figures = several_models.budget_figures(done, budget, estimated, rss_start, peak)
+        print(f"  {kind:18} budget case: {figures['errors']} of {n} failed or cut short, peak "
+              f"RSS {(peak or 0) / MIB:.0f} MiB (bound {figures['bound'] / MIB:.0f})",
+              flush=True)  # fmt: skip
+        return figures
+
     async def grounded(self, servers: Servers, c: int) -> None:
         """The grounded workload at concurrency `c` (bench/grounded.py): the edgeserves with
         and without speculation, llama-server without it and with its ngram variants."""
@@ -917,6 +1088,57 @@ class Bench:
             await self.wait_quiet(running)
             found = await abuse.abuse(es.url, es.cpu, self.eog)
             self.results.setdefault("abuse", {})[es.kind] = found
+
+
+async def start_all(
+    servers: Servers,
+    kinds: list[str],
+    parallel: int,
+    extra: Callable[[str], tuple[str, ...]],
+    warm_up: Callable[[Server], Awaitable[str | None]],
+    unsupported: dict[str, str],
+) -> list[Server]:
+    """Start each of `kinds` that is not in `unsupported` with `extra(kind)` arguments at
+    once, then warm each one up (`warm_up`: its error, None when it answered). One that does
+    not start or fails its warm-up is stopped and goes into `unsupported` with the reason;
+    each one there is printed as n/a. The servers that run."""
+    running = [
+        servers.start(kind, parallel, extra(kind)) for kind in kinds if kind not in unsupported
+    ]
+    started = await asyncio.gather(
+        *(servers.wait_ready(s) for s in running), return_exceptions=True
+    )
+    for server, outcome in zip(list(running), started, strict=True):
+        if isinstance(outcome, BaseException):
+            unsupported[server.kind] = images.start_failure(str(outcome))
+        else:
+            error = await warm_up(server)
+            if error:
+                unsupported[server.kind] = f"warm-up: {error}"
+        if server.kind in unsupported:
+            servers.stop(server)
+            running.remove(server)
+    for kind, reason in unsupported.items():
+        print(f"  {kind}: n/a ({reason})", flush=True)
+    return running
+
+
+async def models_memory(server: Server, ids: Collection[str]) -> dict[str, Any]:
+    """A catalogue server's memory now: the RSS of its process and those below it (`rss_both`:
+    taken with both models loaded), how many processes, and of the models `ids` (not the
+    others llama-server lists, from its download cache) the status and, where GET /models
+    shows them (edgeserve), the estimates."""
+    rss, processes = server.tree_rss()
+    async with load.session() as http:
+        listing = await several_models.listing(http, server.url)
+    estimated = several_models.estimates(listing) if server.kind in EDGESERVES else {}
+    statuses = several_models.statuses(listing)
+    return {
+        "rss_both": rss,
+        "processes": processes,
+        "statuses": {m: statuses.get(m) for m in ids},
+        "estimated": {m: v for m, v in estimated.items() if m in ids},
+    }
 
 
 def edgeserves(running: list[Server]) -> list[Server]:

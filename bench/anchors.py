@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,9 @@ class Setup:
     # The built-in chat template the anchors use for a GGUF without one (Gemma 3's: "gemma");
     # None: the GGUF's own, as edgeserve uses it.
     chat_format: str | None = None
+    # A folder of models served instead of `model`: edgeserve's catalogue (--models-dir) and
+    # llama-server's router (a child process per model); None: `model` alone.
+    models_dir: Path | None = None
 
 
 def command(
@@ -76,22 +80,32 @@ def _base_command(kind: str, setup: Setup, port: int, parallel: int) -> list[str
         binary = setup.edgeserve if kind == EDGESERVE else setup.baseline
         if binary is None:
             raise ValueError(f"{kind} needs --baseline")
-        return [str(binary), "serve", "--model", model, "--host", HOST,
+        return [str(binary), "serve", *_served(kind, setup), "--host", HOST,
                 "--port", str(port), "--threads", threads, "--parallel", str(parallel),
                 "--ctx-size", ctx, "--log-level", "warning"]  # fmt: skip
     if kind == LLAMA_SERVER:
-        return [str(setup.llamacpp_bin / "llama-server"), "-m", model, "--host", HOST,
+        return [str(setup.llamacpp_bin / "llama-server"), *_served(kind, setup), "--host", HOST,
                 "--port", str(port), "-t", threads, "-c", ctx, "--parallel", str(parallel),
                 "--kv-unified", "--cont-batching", "--no-webui",
                 *(("--no-jinja", "--chat-template", setup.chat_format)
                   if setup.chat_format else ())]  # fmt: skip
     if kind == LCP_SERVER:
+        if setup.models_dir is not None:
+            raise ValueError(f"{kind} serves one model")
         return [str(setup.lcp_python), "-m", "llama_cpp.server", "--model", model,
                 "--host", HOST, "--port", str(port),
                 *(("--chat_format", setup.chat_format) if setup.chat_format else ()),
                 "--n_threads", threads, "--n_threads_batch", threads, "--n_ctx", ctx,
                 "--verbose", "False"]  # fmt: skip
     raise ValueError(f"unknown server {kind!r}")
+
+
+def _served(kind: str, setup: Setup) -> tuple[str, ...]:
+    """The arguments that name what an edgeserve or llama-server serves: the model, or the
+    folder of models (`setup.models_dir`)."""
+    if setup.models_dir is not None:
+        return ("--models-dir", str(setup.models_dir))
+    return ("--model" if kind in EDGESERVES else "-m", str(setup.model))
 
 
 def ctx_args(kind: str, n_ctx: int) -> tuple[str, ...]:
@@ -134,14 +148,48 @@ def proc_status(pid: int) -> dict[str, int]:
     return out
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (0.0 when it is gone)."""
+def _stat_fields(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command's name (state first); [] when gone."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except OSError:
+            return fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, its waited-for children's included (0.0 when it
+    is gone)."""
+    fields = _stat_fields(pid)
+    if not fields:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    return sum(int(v) for v in fields[11:15]) / TICKS
+
+
+def descendants(parents: Mapping[int, int], root: int) -> list[int]:
+    """The processes below `root` (children, their children, ...), from each process's
+    parent (`parents`: pid -> parent pid), parents before their children."""
+    children: dict[int, list[int]] = {}
+    for pid, parent in sorted(parents.items()):
+        children.setdefault(parent, []).append(pid)
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        below = children.get(todo.pop(0), [])
+        found += below
+        todo += below
+    return found
+
+
+def process_tree(root: int) -> list[int]:
+    """`root` and every live process below it (llama-server's router and its children)."""
+    parents = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            fields = _stat_fields(int(entry.name))
+            if fields:
+                parents[int(entry.name)] = int(fields[1])
+    return [root, *descendants(parents, root)]
 
 
 def machine_busy_seconds() -> float:
@@ -177,8 +225,14 @@ class Server:
         return self.rss().get("VmRSS", 0)
 
     def cpu(self) -> float:
-        """CPU seconds used so far."""
-        return cpu_seconds(self.proc.pid)
+        """CPU seconds used so far, by the server's process and those below it."""
+        return sum(cpu_seconds(pid) for pid in process_tree(self.proc.pid))
+
+    def tree_rss(self) -> tuple[int, int]:
+        """Resident memory (VmRSS, bytes) of the server's process and those below it (a
+        router's per-model processes) together, and how many processes that is."""
+        pids = process_tree(self.proc.pid)
+        return sum(proc_status(pid).get("VmRSS", 0) for pid in pids), len(pids)
 
     def log_tail(self, lines: int = 15) -> str:
         """The end of the server's log, for error messages."""

@@ -28,7 +28,7 @@ import statistics
 import struct
 import subprocess
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -118,16 +118,20 @@ def help_command(kind: str, setup: Setup) -> list[str]:
     raise ValueError(f"{kind} does not take images here")
 
 
-def missing_mmproj(kind: str, setup: Setup) -> str | None:
-    """Why `kind` cannot serve images; None when its `--help` has `--mmproj`."""
+def lacks_flag(kind: str, setup: Setup, offered: Callable[[str], bool], reason: str) -> str | None:
+    """`reason` when `kind`'s `--help` does not offer a flag (`offered`, given the help text),
+    the failure when it cannot be read; None when it offers it."""
     cmd = help_command(kind, setup)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{cmd[0]} --help failed: {exc}"
-    if offers_mmproj(proc.stdout + proc.stderr):
-        return None
-    return "no --mmproj (a version without images)"
+    return None if offered(proc.stdout + proc.stderr) else reason
+
+
+def missing_mmproj(kind: str, setup: Setup) -> str | None:
+    """Why `kind` cannot serve images; None when its `--help` has `--mmproj`."""
+    return lacks_flag(kind, setup, offers_mmproj, "no --mmproj (a version without images)")
 
 
 def start_failure(error: str) -> str:

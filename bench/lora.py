@@ -40,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import re
 import statistics
-import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,7 +49,7 @@ import aiohttp
 
 from bench import load
 from bench.anchors import EDGESERVE, EDGESERVES, LLAMA_SERVER, Setup
-from bench.images import help_command
+from bench.images import lacks_flag
 
 T = TypeVar("T")
 PARALLEL = 6
@@ -104,14 +103,7 @@ def offers_lora(help_text: str) -> bool:
 
 def missing_lora(kind: str, setup: Setup) -> str | None:
     """Why `kind` cannot serve adapters; None when its `--help` has `--lora`."""
-    cmd = help_command(kind, setup)
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"{cmd[0]} --help failed: {exc}"
-    if offers_lora(proc.stdout + proc.stderr):
-        return None
-    return "no --lora (a version without adapters)"
+    return lacks_flag(kind, setup, offers_lora, "no --lora (a version without adapters)")
 
 
 def server_args(kind: str, paths: Sequence[Path]) -> tuple[str, ...]:

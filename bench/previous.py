@@ -5,9 +5,9 @@ A figure regresses when edgeserve's value is worse than the baseline's (lower wh
 better, higher where lower is better) by more than its noise, relative to the baseline's value:
 
 - where the bench measures a figure in rounds (the load runs, greedy and sampled, at each
-  concurrency; embeddings; each grounded prompt; the images' requests; the LoRA loads), the
-  noise is the spread of those rounds: the larger of the two servers' (max - min) / median
-  over their rounds;
+  concurrency; embeddings; each grounded prompt; the images' requests; the LoRA loads; the
+  several-models runs and cold switches), the noise is the spread of those rounds: the larger
+  of the two servers' (max - min) / median over their rounds;
 - where it measures once (memory, idle CPU, multi-turn, scoring, structured output, soak,
   abuse) or has a single round, a fixed NOISE (5%);
 - counts that should stay 0 (streams cut short, invalid answers, unhealthy after abuse) regress

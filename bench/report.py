@@ -24,6 +24,7 @@ from bench.anchors import (
 )
 from bench.grounded import kind_of
 from bench.previous import NOISE, Figure, Versus, ratio, rounds_noise
+from bench.several_models import BUDGET_SLACK
 
 MIB = 1024 * 1024
 # "Flat" over the soak: what the allocator may keep of a burst, not a per-request leak.
@@ -117,6 +118,26 @@ LORA_ROWS = (
     Row("streams cut short", "short", "{:.0f}", False, noise=0.0),
     Row("RSS after warm-up MiB", "rss_loaded", "{:.0f}", False, 1.0 / MIB),
 )
+# The several-models workload (bench/several_models.py), each server's figures; the per-model
+# rows follow the cold switch and the alternating tok/s.
+MODELS_ROWS = (
+    Row("cold-switch TTFT p50 ms", "cold_ttft_p50_ms", "{:.0f}", False),
+    Row("alternating tok/s", "alternating_tps", "{:.1f}", True),
+    Row("alternating ITL p99 ms", "alternating_itl_p99_ms", "{:.1f}", False),
+    Row("RSS both loaded MiB", "rss_both", "{:.0f}", False, 1.0 / MIB),
+    Row("processes", "processes", "{:.0f}", None, noise=0.0),
+    Row("streams cut short", "short", "{:.0f}", False, noise=0.0),
+)
+# Each row's rounds (the noise of its "vs previous") and its figure per model.
+MODELS_ROUNDS = {
+    "cold_ttft_p50_ms": "cold_ttft_ms_rounds",
+    "alternating_tps": "alternating_tps_rounds",
+    "alternating_itl_p99_ms": "alternating_itl_p99_ms_rounds",
+}
+MODELS_PER_MODEL = {
+    "cold_ttft_p50_ms": ("cold_ttft_p50_ms_by_model", "cold TTFT ms {}"),
+    "alternating_tps": ("alternating_stream_tps_by_model", "stream tok/s {}"),
+}
 NA = "n/a"
 # The per-step overhead: a server's one-stream time per token beyond llama-bench's tg (the
 # same build's decode alone), for the servers built on llama.cpp's decode loop.
@@ -243,6 +264,7 @@ def render(results: dict[str, Any]) -> tuple[list[str], list[Figure]]:
             lines.append(tab.row(row, values, "multi-turn "))
     lines += _images(results, tab)
     lines += _lora(results, tab)
+    lines += _several_models(results, tab)
     lines += _long_context(results, tab)
     for part in (_scoring, _embeddings, _grounded, _structured, _soak, _abuse):
         lines += part(results, versus)
@@ -501,6 +523,83 @@ def _lora(results: dict[str, Any], tab: _Table) -> list[str]:
     for kind, reason in na.items():
         lines.append(f"  {kind} n/a: {reason}")
     return lines
+
+
+def _several_models(results: dict[str, Any], tab: _Table) -> list[str]:
+    """The several-models block: each server's cold switch, alternating runs and RSS with both
+    loaded (each model's share below), edgeserve / llama-server and, where the baseline has a
+    catalogue, edgeserve / previous; each edgeserve's one-model budget case; "n/a" for a
+    server that cannot."""
+    mo = results.get("models")
+    if not mo:
+        return []
+    na = mo.get("unsupported") or {}
+    files = " + ".join(f"{m} {info['mib']:.0f} MiB" for m, info in mo["models"].items())
+    lines = [
+        f"several models ({files} in one --models-dir: edgeserve's catalogue, llama-server's "
+        f"router; --parallel {mo['parallel']} each; alternating: a stream per model, "
+        f"{mo['requests']} request(s) of {mo['max_tokens']} tokens each; cold switch: every "
+        f"model unloaded, then {mo['switch_tokens']} tokens; {mo['rounds']} rounds)"
+    ]
+    for row in MODELS_ROWS:
+        rounds = MODELS_ROUNDS.get(row.key)
+        noise = row.noise
+        if rounds is not None:
+            noise = rounds_noise(*((mo.get(s) or {}).get(rounds) or [] for s in EDGESERVES))
+        values = {s: (mo.get(s) or {}).get(row.key) for s in tab.servers}
+        lines.append(tab.row(row, values, "models ", noise, na))
+        nested, label = MODELS_PER_MODEL.get(row.key, (None, ""))
+        for model_id in mo["models"] if nested else ():
+            sub = Row("  " + label.format(model_id), row.key, row.spec, row.higher_is_better)
+            values = {s: ((mo.get(s) or {}).get(nested) or {}).get(model_id) for s in tab.servers}
+            lines.append(tab.row(sub, values, "models ", None, na))
+    for kind in tab.servers:
+        figures = mo.get(kind) or {}
+        loaded = figures.get("statuses") or {}
+        if any(status != "loaded" for status in loaded.values()):
+            shown = ", ".join(f"{m} {status}" for m, status in loaded.items())
+            lines.append(f"  {kind}: not every model loaded when its RSS was read ({shown})")
+        if "budget" in figures:
+            lines.append(_budget_line(kind, mo, tab.versus))
+    for kind, reason in na.items():
+        lines.append(f"  {kind} n/a: {reason}")
+    return lines
+
+
+def _budget_line(kind: str, mo: dict[str, Any], versus: Versus) -> str:
+    """An edgeserve's one-model budget case in a line (edgeserve's with "vs previous" where
+    the baseline ran it too)."""
+    bu = mo[kind]["budget"]
+    if bu.get("error"):
+        return f"  {kind} within a one-model budget: not measured: {bu['error']}"
+    note = ""
+    theirs = (mo.get(EDGESERVE_BASELINE) or {}).get("budget") or {}
+    if kind == EDGESERVE and theirs and not theirs.get("error"):
+        peak = (_mib(bu["rss_peak"]), _mib(theirs["rss_peak"]))
+        note = versus.note(Figure("models budget peak RSS MiB", *peak, False, "{:.0f}"))
+        versus.ratio(Figure("models budget requests failed", bu["errors"], theirs["errors"],
+                            False, "{:.0f}", noise=0.0))  # fmt: skip
+    estimated = ", ".join(f"{m} ~{_mib(v):.0f}" for m, v in bu["estimated"].items())
+    return (
+        f"  {kind} within a one-model budget (--models-memory {_mib(bu['budget']):.0f} MiB; "
+        f"estimated {estimated} MiB): {bu['requests']} requests one at a time, the models "
+        f"alternating: {bu['errors']} failed or cut short; peak RSS "
+        f"{_fmt(_mib(bu['rss_peak']), '{:.0f}')} MiB (bound: budget + 10% = "
+        f"{_mib(bu['bound']):.0f} MiB; {_fmt(_mib(bu['rss_start']), '{:.0f}')} MiB before the "
+        f"first request; after the answers: {_rss_range(bu.get('rss_after') or [])}), TTFT "
+        f"p50 {_fmt(bu['ttft_p50_ms'], '{:.0f}')} ms{note}"
+        + (f"; first error: {bu['error_samples'][0]}" if bu["error_samples"] else "")
+    )
+
+
+def _rss_range(values: list[int]) -> str:
+    """RSS samples in a few words: the first, the largest and the last, in MiB."""
+    if not values:
+        return "not read"
+    return (
+        f"first {_mib(values[0]):.0f}, largest {_mib(max(values)):.0f}, last "
+        f"{_mib(values[-1]):.0f} MiB"
+    )
 
 
 def _lora_memory(mem: dict[str, Any]) -> list[str]:
@@ -831,6 +930,7 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
                 1.0,
             )
         )
+    out += models_targets(results.get("models"))
     gr = results.get("grounded", {}).get("1", {})
     if "edgeserve" in gr and "llama-server" in gr:
         ours = statistics.median(gr["edgeserve"]["tok_s"])
@@ -860,6 +960,36 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
     if results.get("model2"):
         out += model2_targets(results["model2"])
         out += long_prompt_targets(results["model2"], model_name(results["model2"]))
+    return out
+
+
+def models_targets(mo: dict[str, Any] | None) -> list[tuple[str, bool | None, str]]:
+    """Issue 37's targets for several models behind one server ([] without the workload):
+    the cold switch's TTFT <= llama-server's, the alternating tok/s >= its, the RSS with both
+    loaded <= its router's and children's; within a one-model budget, no request failed and
+    the peak RSS <= the budget + 10%."""
+    if not mo:
+        return []
+    ours, theirs = ((mo.get(kind) or {}) for kind in (EDGESERVE, LLAMA_SERVER))
+    out = [
+        _at_most("models: cold-switch TTFT p50 <= llama-server's", ours.get("cold_ttft_p50_ms"),
+                 theirs.get("cold_ttft_p50_ms"), 1.0, "ms"),
+        _cmp("models: alternating tok/s, both loaded >= llama-server's",
+             ours.get("alternating_tps"), theirs.get("alternating_tps"), 1.0),
+        _at_most("models: RSS both loaded <= llama-server's router + children",
+                 _mib(ours.get("rss_both")), _mib(theirs.get("rss_both")), 1.0, "MiB"),
+    ]  # fmt: skip
+    bu = ours.get("budget") or {}
+    within = "models: alternating requests within a one-model budget"
+    failed, peak = f"{within}: 0 failed", f"{within}: peak RSS <= budget + 10%"
+    if not bu.get("requests"):
+        reason = bu.get("error") or "not measured"
+        return [*out, (failed, None, reason), (peak, None, reason)]
+    shown = f"{bu['errors']} of {bu['requests']} failed or cut short"
+    out.append((failed, bu["errors"] == 0, shown))
+    if bu["errors"] == bu["requests"]:  # no model was loaded: the peak says nothing
+        return [*out, (peak, None, "not measured: every request failed")]
+    out.append(_at_most(peak, _mib(bu["rss_peak"]), _mib(bu["budget"]), BUDGET_SLACK, "MiB"))
     return out
 
 
