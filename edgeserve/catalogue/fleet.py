@@ -59,7 +59,7 @@ class Held:
     engine: Engine | None = None
     client: EngineClient | None = None
     measured: int | None = None  # bytes the process grew by when it loaded
-    failure: str | None = None
+    failure: str | None = None  # why the last load failed or was refused
     leases: int = 0
     last_used: float = 0.0  # time.monotonic() of the last lease's end
     expires_at: float | None = None  # time.time() when an idle unload is due
@@ -286,7 +286,11 @@ class Fleet:
             async with self._load_lock:
                 if held.status is Status.LOADED:
                     return
-                await self._make_room(held)
+                try:
+                    await self._make_room(held)
+                except ModelUnavailable as exc:
+                    held.failure = exc.reason  # shown with its status until a load starts
+                    raise
                 held.status, held.failure = Status.LOADING, None
                 started, before = time.perf_counter(), resident_bytes()
                 engine = self._factory(held.entry.config)

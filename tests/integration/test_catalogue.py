@@ -135,10 +135,16 @@ async def test_a_model_busy_streaming_is_never_unloaded_for_another(serve):
     await resp.content.readline()  # streaming now
     status, refused = await chat(client, "smollm2")
     assert status == 503 and "no room" in refused["message"]
+    # The refusal stays in the listing (for the page, and any other client) until a load.
+    assert (await listed(client))["smollm2"]["status"] == {
+        "value": "unloaded",
+        "reason": refused["message"],
+    }
     chunks = (await resp.read()).decode()
     assert chunks.rstrip().endswith("data: [DONE]"), "the stream ran to its end"
     status, _ = await chat(client, "smollm2")  # gemma is idle now: it makes room
     assert status == 200
+    assert (await listed(client))["smollm2"]["status"] == {"value": "loaded"}
 
 
 async def test_a_broken_file_fails_its_own_requests_and_the_others_serve(serve):

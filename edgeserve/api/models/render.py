@@ -49,7 +49,7 @@ def catalogue_body(models: Sequence[ModelState], created: int) -> bytes:
                 status=ModelStatus(
                     value=state.status.value,
                     failed=True if failed else None,
-                    reason=state.failure if failed else None,
+                    reason=state.failure,
                 ),
                 memory=ModelMemory(estimated=state.estimated, measured=state.measured),
                 expires_at=state.expires_at,

@@ -43,7 +43,8 @@ class ModelList(ProtocolModel):
 
 class ModelStatus(ProtocolModel):
     """Where a catalogue model stands, in llama-server's router shape: `value` is loaded,
-    loading, unloaded or failed; a failed one says why."""
+    loading, unloaded or failed; a failed one says why, and so does an unloaded one whose
+    last load was refused (no room), until a load starts."""
 
     value: Literal["loaded", "loading", "unloaded", "failed"]
     failed: bool | None = None
