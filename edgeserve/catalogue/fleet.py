@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import logging
 import math
-import mmap
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeserve.catalogue.entries import Catalogue, ModelEntry
-from edgeserve.catalogue.footprint import Footprint, estimate
+from edgeserve.catalogue.footprint import Footprint, estimate, resident_bytes
 from edgeserve.catalogue.status import ModelState, Status
 from edgeserve.engine.client import EngineClient
 from edgeserve.engine.types import EngineConfig, EngineStats
@@ -489,25 +488,3 @@ def _signature(config: EngineConfig) -> tuple[int, int] | None:
     except OSError:
         return None
     return found.st_size, found.st_mtime_ns
-
-
-def resident_bytes() -> int:
-    """This process's resident memory (Linux; 0 elsewhere)."""
-    try:
-        with open("/proc/self/statm", encoding="ascii") as statm:
-            pages = int(statm.read().split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0
-    return pages * mmap.PAGESIZE
-
-
-def default_budget() -> int:
-    """75% of the memory available now (MemAvailable), or 0 (no budget) where unknown."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 * 3 // 4
-    except (OSError, ValueError):
-        pass
-    return 0

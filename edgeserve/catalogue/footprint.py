@@ -2,10 +2,12 @@
 run with, before anything is loaded: the weights (the file), the KV cache at its context and
 sequences, and llama.cpp's compute buffers (the logit rows of a step and the micro-batch's
 activations). The fleet admits a load only when the estimate fits the budget, and shows it in
-`/models` beside the figure measured once the model is loaded."""
+`/models` beside the figure measured once the model is loaded (`resident_bytes` before and
+after), within a budget that defaults to a share of the memory available (`default_budget`)."""
 
 from __future__ import annotations
 
+import mmap
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -81,3 +83,25 @@ def _compute_bytes(meta: dict[str, Any], parallel: int) -> int:
     logits = 4 * vocab * (parallel + DRAFT_ROWS)
     activations = 4 * MICRO_BATCH * (4 * n_embd + 2 * n_ff)
     return logits + activations
+
+
+def resident_bytes() -> int:
+    """This process's resident memory (Linux; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            pages = int(statm.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return pages * mmap.PAGESIZE
+
+
+def default_budget() -> int:
+    """75% of the memory available now (MemAvailable), or 0 (no budget) where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 * 3 // 4
+    except (OSError, ValueError):
+        pass
+    return 0

@@ -23,7 +23,8 @@ from aiohttp import web
 
 from edgeserve import sdnotify
 from edgeserve.catalogue.entries import build_catalogue
-from edgeserve.catalogue.fleet import Fleet, default_budget
+from edgeserve.catalogue.fleet import Fleet
+from edgeserve.catalogue.footprint import default_budget
 from edgeserve.config import Settings
 from edgeserve.engine.client import EngineClient
 from edgeserve.engine.worker import Engine

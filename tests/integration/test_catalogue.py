@@ -232,3 +232,20 @@ async def test_swapping_models_in_and_out_does_not_grow_the_process(serve):
         after.append(resident_mib())
     # Measured: flat to 3 MiB with the fix, +83 MiB within four cycles without it.
     assert max(after) - after[0] < 16, f"RSS after each gemma + smollm2 cycle: {after}"
+
+
+async def test_hostile_model_fields_get_clear_answers(serve, tmp_path):
+    client = await serve()
+    outside = tmp_path / "outside.gguf"
+    outside.write_bytes(b"GGUF")
+    for path in (str(outside), "/etc/passwd", "../../etc/passwd"):
+        resp = await client.post("/models/load", json={"model": "smollm2", "path": path})
+        assert resp.status == 400 and "--models-dir" in (await resp.json())["message"]
+    for body in ({}, {"model": 7}, {"model": "x" * 100_000}):
+        resp = await client.post("/models/load", json=body)
+        assert resp.status in (400, 404)
+    # A keep_alive that is no duration keeps the server's; a huge one never unloads.
+    for keep_alive in ("soon", "nan", None, [1], "9" * 400):
+        status, _ = await chat(client, "smollm2", keep_alive=keep_alive)
+        assert status == 200
+    assert all(card["status"]["value"] != "failed" for card in (await listed(client)).values())
