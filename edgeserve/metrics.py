@@ -26,6 +26,8 @@ read from the engine at scrape time:
     edgeserve_engine_steps_total                    decodes run by the engine thread
     edgeserve_engine_phase_seconds_total{phase}     the engine thread's time in each phase of
                                                     its steps (engine/step_clock.py)
+    edgeserve_prompt_cache_{entries,bytes}{tier}    prompts stored below the KV cache (ram,
+    edgeserve_prompt_cache_{hits,misses}_total{tier}  disk), restores and lookups each served
 
 With a catalogue of several models, every figure read from an engine carries a `model` label.
 
@@ -260,6 +262,31 @@ def _engine_figures(rows: _Rows) -> Iterator[Metric]:
         for phase, seconds in stats.phase_seconds:
             phases.add_metric([*rows.values(model), phase], seconds)
     yield phases
+    for family, name, doc, field in _TIER_FIGURES:
+        tiers = family(name, doc, labels=[*rows.labels, "tier"])
+        for model, stats in rows.rows:
+            for tier in stats.prompt_cache_tiers:
+                tiers.add_metric([*rows.values(model), tier.tier], getattr(tier, field))
+        yield tiers
+
+
+# The prompt cache's tiers below the KV cache, labelled `tier` (ram, disk).
+_TIER_FIGURES: tuple[tuple[type[Metric], str, str, str], ...] = (
+    (GaugeMetricFamily, "edgeserve_prompt_cache_entries", "Stored prompts per tier", "entries"),
+    (GaugeMetricFamily, "edgeserve_prompt_cache_bytes", "Bytes of stored prompts", "bytes"),
+    (
+        CounterMetricFamily,
+        "edgeserve_prompt_cache_hits",
+        "Prompts restored from a tier below the KV cache",
+        "hits",
+    ),
+    (
+        CounterMetricFamily,
+        "edgeserve_prompt_cache_misses",
+        "Lookups a tier could not serve",
+        "misses",
+    ),
+)
 
 
 class _Rows:

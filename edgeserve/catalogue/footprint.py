@@ -3,7 +3,8 @@ run with, before anything is loaded: the weights (the file), the KV cache at its
 sequences, and llama.cpp's compute buffers (the logit rows of a step and the micro-batch's
 activations). The fleet admits a load only when the estimate fits the budget, and shows it in
 `/models` beside the figure measured once the model is loaded (`resident_bytes` before and
-after), within a budget that defaults to a share of the memory available (`default_budget`)."""
+after), within a budget that defaults to a share of the memory available
+(`config.values.default_models_budget`)."""
 
 from __future__ import annotations
 
@@ -26,16 +27,18 @@ ENGINE_BYTES = 24 * 2**20
 
 @dataclass(frozen=True)
 class Footprint:
-    """Estimated bytes of one model: weights (every file it maps), KV cache, the rest."""
+    """Estimated bytes of one model: weights (every file it maps), KV cache, the rest, and
+    the most its prompt cache may keep in host memory (--prompt-cache-ram)."""
 
     weights: int
     kv: int
     compute: int
+    prompt_cache: int = 0
 
     @property
     def total(self) -> int:
         """All of it."""
-        return self.weights + self.kv + self.compute
+        return self.weights + self.kv + self.compute + self.prompt_cache
 
 
 def estimate(config: EngineConfig) -> Footprint:
@@ -53,7 +56,7 @@ def estimate(config: EngineConfig) -> Footprint:
         draft = read_metadata(config.draft_model_path)
         kv += _kv_bytes(draft, config.n_ctx, config.kv_cache_type)
         compute += _compute_bytes(draft, config.parallel)
-    return Footprint(weights=weights, kv=kv, compute=compute)
+    return Footprint(weights=weights, kv=kv, compute=compute, prompt_cache=config.prompt_cache_ram)
 
 
 def _arch_value(meta: dict[str, Any], key: str, default: int = 0) -> int:
@@ -93,15 +96,3 @@ def resident_bytes() -> int:
     except (OSError, ValueError, IndexError):
         return 0
     return pages * mmap.PAGESIZE
-
-
-def default_budget() -> int:
-    """75% of the memory available now (MemAvailable), or 0 (no budget) where unknown."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 * 3 // 4
-    except (OSError, ValueError):
-        pass
-    return 0

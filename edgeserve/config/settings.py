@@ -287,6 +287,30 @@ class Settings:
         "BOOL",
         kind="switch",
     )
+    prompt_cache_ram: int | None = _setting(
+        None,
+        values.byte_size_or_off,
+        "host memory each model's prompt cache may keep finished prompts' KV in once their "
+        "cells are needed (restored when a prompt starts with one); 0: off",
+        "BYTES",
+        shown="8 GiB, at most a quarter of the memory; in a catalogue, an eighth of its budget",
+    )
+    prompt_cache_dir: str | None = _setting(
+        None,
+        values.text,
+        "folder where the prompt cache also keeps its entries as files, restored after a "
+        "restart (each model, context size and cache type apart)",
+        "DIR",
+        path=True,
+        shown="unset: no disk tier",
+    )
+    prompt_cache_disk: int = _setting(
+        8 * 2**30,
+        values.byte_size,
+        "most bytes the files of --prompt-cache-dir may take, every model's together",
+        "BYTES",
+        shown="8GiB",
+    )
     max_body_bytes: int = _setting(
         32 * 1024 * 1024,
         values.integer(1),
@@ -470,4 +494,17 @@ class Settings:
             lora_adapters=self.lora,
             lora_dir=self.lora_dir,
             max_loras=self.max_loras,
+            prompt_cache_ram=self._prompt_cache_ram(),
+            prompt_cache_dir=self.prompt_cache_dir,
+            prompt_cache_disk=self.prompt_cache_disk,
         )
+
+    def _prompt_cache_ram(self) -> int:
+        """--prompt-cache-ram, or its default: 8 GiB, at most a quarter of physical memory,
+        and in a catalogue (whose models' budget counts it) an eighth of that budget."""
+        if self.prompt_cache_ram is not None:
+            return self.prompt_cache_ram
+        share = values.physical_memory() // 4
+        if self.catalogue:
+            share = (self.models_memory or values.default_models_budget()) // 8
+        return min(8 * 2**30, share)

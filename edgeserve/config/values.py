@@ -272,6 +272,34 @@ def byte_size(raw: object) -> int:
     return value
 
 
+def byte_size_or_off(raw: object) -> int:
+    """A memory size as `byte_size` takes it, or 0 (off)."""
+    if raw in (0, "0"):
+        return 0
+    return byte_size(raw)
+
+
+def physical_memory() -> int:
+    """Bytes of physical memory (0 where unknown)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def default_models_budget() -> int:
+    """75% of the memory available now (MemAvailable), or 0 (no budget) where unknown: the
+    default of --models-memory."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 * 3 // 4
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def physical_cores() -> int:
     """CPU cores this process may run on, counting hyper-threads of one core once."""
     try:

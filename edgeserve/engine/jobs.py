@@ -113,6 +113,10 @@ class Prompt:
     reserve: int
     gbnf: str | None = None
     media: tuple[MediaSpan, ...] = ()
+    # Where the conversation's last message starts (0: not known), on a sliding-window model:
+    # a window checkpoint there lets the same conversation with another last message (the
+    # same document, another question) go on from it.
+    turn_start: int = 0
 
     def media_at(self, position: int) -> MediaSpan | None:
         """The media item that starts at `position`, if one does."""

@@ -10,6 +10,8 @@ from edgeserve.engine.draft_model import DraftModel, catch_up_tokens
 from edgeserve.engine.jobs import AnyJob
 from edgeserve.engine.policy import Scheduler
 from edgeserve.engine.ports import Backend
+from edgeserve.engine.prompt_disk import PromptFiles
+from edgeserve.engine.prompt_store import PromptStore
 from edgeserve.engine.scoring import LogSoftmax
 from edgeserve.engine.step_clock import StepClock
 from edgeserve.engine.types import EngineConfig
@@ -26,6 +28,17 @@ class Tally:
     restarts: int = 0  # contexts made anew after a broken decode or a failed invariant
     drafted: int = 0  # tokens drafted by speculation, verified so far
     draft_accepted: int = 0  # drafted tokens that were the answer's
+
+
+def prompt_store(backend: Backend, config: EngineConfig) -> PromptStore:
+    """The prompt cache's tiers below the KV cache, as configured (the disk tier's entries
+    of this model, context and cache type read in)."""
+    disk = None
+    if config.prompt_cache_dir:
+        disk = PromptFiles(
+            config.prompt_cache_dir, backend.cache_identity, config.prompt_cache_disk
+        )
+    return PromptStore(config.prompt_cache_ram, disk)
 
 
 class Loaded:
@@ -45,6 +58,7 @@ class Loaded:
                 DraftModel(draft, catch_up_tokens(config.prefill_chunk)) if draft else None
             ),
             offloaded=backend.n_gpu_layers > 0,
+            store=prompt_store(backend, config),
         )
         self.softmax = LogSoftmax(backend.n_vocab)
         self.outbox = Outbox()

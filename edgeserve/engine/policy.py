@@ -17,6 +17,11 @@ a shorter prefix be reused from the latest one at or before its end.
 
 What goes into each decode is planned by `planning.Planner`, which the scheduler owns.
 
+What a free sequence loses (its cells given to another request, or evicted) is first copied
+to the tiers below the KV cache (`PromptStore`: host memory, and a disk folder when set up),
+and a prompt that shares a longer prefix with a stored entry than with any sequence gets it
+put back.
+
 When the KV cache is full anyway, a free sequence's prompt cache goes first, then the
 generating choice that holds the most cells ends with `length`; a prefilling job is never cut
 in half: with nothing else to give, the newest one goes back to the head of the queue.
@@ -24,6 +29,7 @@ in half: with nothing else to give, the newest one goes back to the head of the 
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable
 
@@ -32,7 +38,11 @@ from edgeserve.engine.draft_model import DraftModel
 from edgeserve.engine.jobs import AnyJob, Choice, EmbedJob, Job, JobState, ScoreJob
 from edgeserve.engine.planning import EmbedPlan, GenerationPlan, MediaPlan, Planner, ScorePlan
 from edgeserve.engine.ports import Batch, KvCache
+from edgeserve.engine.prompt_store import MIN_TOKENS, PromptStore, SequenceState
 from edgeserve.engine.slots import SharedCells, SlotPool
+from edgeserve.engine.types import AdapterSet
+
+log = logging.getLogger("edgeserve.engine")
 
 
 class InvariantError(AssertionError):
@@ -55,8 +65,10 @@ class Scheduler:
         draft_max: int = 0,
         draft_model: DraftModel | None = None,
         offloaded: bool = False,
+        store: PromptStore | None = None,
     ) -> None:
         self.kv = kv
+        self.store = store or PromptStore(ram_bytes=0)
         self.n_ctx = n_ctx
         self.n_seq = n_seq
         self.draft_model = draft_model  # drafts in place of n-gram lookups when set
@@ -77,6 +89,7 @@ class Scheduler:
         self.reserved = 0
         self.prefix_hits = 0
         self.prefix_tokens = 0
+        self.restored_tokens = 0  # of those, the ones a stored entry gave back
 
     # ---- what is there to do ----------------------------------------------------------------
 
@@ -120,9 +133,8 @@ class Scheduler:
                 self.scoring.append(job)
                 continue
             adapters = job.request.adapters
-            lead, common = self.slots.take_best(job.tokens, adapters)
-            common = job.prompt.reusable(min(common, len(job.tokens) - 1))
-            cached = self._reuse_prefix(lead, common, len(job.tokens))
+            lead, common = self.slots.best(job.tokens, adapters)
+            cached = self._take_lead(job, lead, common)
             seqs = [lead] + [self._take_cleared() for _ in range(job.request.n - 1)]
             try:
                 job.choices = open_choices(job, seqs)
@@ -208,6 +220,78 @@ class Scheduler:
 
     # ---- sequences and the prompt cache -----------------------------------------------------
 
+    def _take_lead(self, job: Job, seq: int, common: int) -> int:
+        """Take free sequence `seq`, which shares `common` tokens with the job's prompt, as
+        its lead, holding the longest reusable prefix that it or a stored entry gives
+        (what it loses is stored first); how many prompt tokens it holds."""
+        held, under = self.slots.held(seq), self.slots.adapters_of(seq)
+        self.slots.take(seq)
+        n_prompt = len(job.tokens)
+        common = job.prompt.reusable(min(common, n_prompt - 1))
+        restored = self._restore(job, seq, common, held, under)
+        if restored is None:
+            self._spill(seq, held, under, keep=common)
+        else:
+            common = restored
+        return self._reuse_prefix(seq, common, n_prompt)
+
+    def _restore(
+        self, job: Job, seq: int, common: int, held: list[int], under: AdapterSet
+    ) -> int | None:
+        """Put the stored entry sharing the longest prefix with the job's prompt into `seq`
+        when it gives at least MIN_TOKENS more than `common` (what `seq` held, `held` under
+        `under`, is stored first): the prefix it gives (0 when it could not be put back), or
+        None when no entry is worth it."""
+        if not self.store.enabled:
+            return None
+        tokens, adapters = job.tokens, job.request.adapters
+        entry, shared = self.store.best(tokens, adapters)
+        shared = job.prompt.reusable(min(shared, len(tokens) - 1))
+        if entry is None or shared < common + MIN_TOKENS:
+            if len(tokens) - 1 - common >= MIN_TOKENS:
+                self.store.missed()
+            return None
+        state = self.store.load(entry)
+        if state is None:
+            return None
+        self._spill(seq, held, under, keep=0)
+        self._cut(seq, -1)
+        need = len(entry.tokens)
+        while self.reserved + self.cached_cells() + need > self.n_ctx and self._evict_cache():
+            pass
+        if self.reserved + self.cached_cells() + need > self.n_ctx:
+            return 0
+        if not self.kv.restore_sequence(seq, state.kv):
+            log.warning("prompt cache: a stored prompt of %d tokens did not fit back", need)
+            return 0
+        for position, window in state.windows:
+            self.windows.add(seq, position, window)
+        self.restored_tokens += shared
+        return shared
+
+    def _spill(self, seq: int, tokens: list[int], adapters: AdapterSet, keep: int) -> None:
+        """Store what `seq` holds (`tokens`, under `adapters`) before all but its first
+        `keep` cells go, when that loses MIN_TOKENS or more not stored yet."""
+        if (
+            not self.store.enabled
+            or len(tokens) - keep < MIN_TOKENS
+            or self.store.covers(tokens, adapters)
+        ):
+            return
+        copied = self.kv.save_sequence(seq)
+        if copied is None:
+            return
+        kv, kv_bytes = copied
+        windows = tuple((c.position, c.state) for c in self.windows.of(seq))
+        window_bytes = sum(memoryview(state).nbytes for _, state in windows)  # type: ignore[arg-type]
+        self.store.put(tokens, adapters, SequenceState(kv, kv_bytes, windows, window_bytes))
+
+    def spill_free(self) -> None:
+        """Store what every free sequence holds (before the process ends, for the disk
+        tier)."""
+        for seq in self.slots:
+            self._spill(seq, self.slots.held(seq), self.slots.adapters_of(seq), keep=0)
+
     def _reuse_prefix(self, seq: int, common: int, n_prompt: int) -> int:
         """Keep the first `common` cached cells of `seq` (at least one prompt token is always
         decoded again, for its logits) when the window of the next position still finds them
@@ -237,7 +321,10 @@ class Scheduler:
         return max(0, position + 1 - n_swa) if n_swa > 0 else 0
 
     def _take_cleared(self) -> int:
-        seq = self.slots.take_any()
+        seq = self.slots.lru()
+        held, under = self.slots.held(seq), self.slots.adapters_of(seq)
+        self.slots.take(seq)
+        self._spill(seq, held, under, keep=0)
         self._cut(seq, -1)
         return seq
 
@@ -256,10 +343,13 @@ class Scheduler:
         return self.sharing.distinct({seq: len(self.slots.held(seq)) for seq in self.slots})
 
     def _evict_cache(self) -> bool:
-        """Drop the least recently used prompt cache; False when none is left."""
-        seq = self.slots.evict_lru()
+        """Drop the least recently used prompt cache (stored first); False when none is
+        left."""
+        seq = self.slots.lru_holding()
         if seq is None:
             return False
+        self._spill(seq, self.slots.held(seq), self.slots.adapters_of(seq), keep=0)
+        self.slots.forget(seq)
         self._cut(seq, -1)
         return True
 
@@ -308,7 +398,7 @@ class Scheduler:
             job.prefilled += take
             job.lead.n_past = job.prefilled
             if row is None:
-                self._checkpoint(job.lead.seq_id, job.prefilled, len(job.tokens))
+                self._checkpoint(job)
                 continue
             for choice in job.choices[1:]:
                 self.kv.seq_cp(job.lead.seq_id, choice.seq_id)
@@ -318,9 +408,11 @@ class Scheduler:
             to_sample.extend((row, job, choice, ()) for choice in job.choices)
         return to_sample
 
-    def _checkpoint(self, seq: int, position: int, n_prompt: int) -> None:
-        """Copy the window of `seq` before `position` of its prompt when one is due."""
-        if self.windows.due(seq, position, n_prompt):
+    def _checkpoint(self, job: Job) -> None:
+        """Copy the window of the job's lead sequence before the next prompt position when
+        one is due there."""
+        seq, position = job.lead.seq_id, job.prefilled
+        if self.windows.due(seq, position, len(job.tokens), job.prompt.turn_start):
             state = self.kv.save_window(seq, position)
             if state is not None:
                 self.windows.add(seq, position, state)

@@ -150,6 +150,16 @@ class KvCache(Protocol):
         `seq`)."""
         ...
 
+    def save_sequence(self, seq: int) -> tuple[object, int] | None:
+        """A copy of every cell `seq` holds (with a sliding window, the window cells it still
+        has) and the copy's size in bytes; None when it cannot be made."""
+        ...
+
+    def restore_sequence(self, seq: int, state: object) -> bool:
+        """Put a `save_sequence` copy (or the same bytes read back from a file) into empty
+        sequence `seq`; False when it does not fit or match (`seq` is left empty)."""
+        ...
+
     def cells_used(self) -> int:
         """The distinct cells the cache holds (a cell shared by several sequences after
         `seq_cp` counts once), as the cache itself accounts them."""
@@ -198,6 +208,9 @@ class Backend(KvCache, Protocol):
     gpu_offload: bool
     n_gpu_layers: int
     flash_attn: bool | None  # whether the generation context runs it (None: not known)
+    # What a copied sequence's KV is only valid under (model file, context, cache type,
+    # build): the disk tier of the prompt cache keeps each identity's entries apart.
+    cache_identity: str
     tokenizer_info: TokenizerInfo
     batch: Batch
     # The --draft-model's context, when one is loaded (its vocabulary is this model's).

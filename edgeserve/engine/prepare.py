@@ -18,6 +18,7 @@ from edgeserve.engine.images import DecodedImage, decode_image
 from edgeserve.engine.jobs import MediaSpan, Prompt, media_ids
 from edgeserve.engine.ports import Backend, MediaEmbeddings
 from edgeserve.engine.scoring import TextState
+from edgeserve.engine.slots import common_prefix
 from edgeserve.engine.types import (
     MEDIA_MARKER,
     ChatPrompt,
@@ -81,6 +82,9 @@ def prepare_generation(
         tokens = known_tokens(backend.n_vocab, prompt.ids)
     else:
         tokens = _text_tokens(backend, prompt)
+    turn_start = 0
+    if isinstance(prompt, ChatPrompt) and backend.checkpoint_budget and not media:
+        turn_start = _last_turn_start(backend, prompt, tokens)
     n_prompt = len(tokens)
     if n_prompt >= n_ctx:
         raise PromptTooLong(n_prompt, n_ctx)
@@ -93,7 +97,7 @@ def prepare_generation(
     max_new = min(wanted, room) if wanted is not None else room
     share = max(1, n_ctx // config.parallel)
     reserve = min(n_ctx, n_prompt + request.n * min(max_new, share))
-    return Prompt(tokens, max_new, reserve, gbnf, media)
+    return Prompt(tokens, max_new, reserve, gbnf, media, turn_start)
 
 
 def _text_tokens(backend: Backend, prompt: ChatPrompt | str) -> list[int]:
@@ -106,10 +110,29 @@ def _text_tokens(backend: Backend, prompt: ChatPrompt | str) -> list[int]:
     bound = at_least_tokens(backend, text)
     if bound >= backend.n_ctx:
         raise PromptTooLong(bound, backend.n_ctx, at_least=True)
-    tokens = backend.tokenize(text, add_special=not chat, parse_special=chat)
-    if chat and backend.add_bos and (not tokens or tokens[0] != backend.bos):
+    if chat:
+        return _chat_tokens(backend, text)
+    return backend.tokenize(text, add_special=True, parse_special=False)
+
+
+def _chat_tokens(backend: Backend, text: str) -> list[int]:
+    """A rendered conversation's tokens: special tokens parsed, BOS ensured."""
+    tokens = backend.tokenize(text, add_special=False, parse_special=True)
+    if backend.add_bos and (not tokens or tokens[0] != backend.bos):
         tokens.insert(0, backend.bos)
     return tokens
+
+
+def _last_turn_start(backend: Backend, prompt: ChatPrompt, tokens: list[int]) -> int:
+    """Where the conversation's last message starts in its `tokens`: how far they agree with
+    the conversation rendered without it (0 when that cannot be rendered, or agrees with
+    nothing but the BOS or with all but the last token)."""
+    earlier = replace(prompt, messages=prompt.messages[:-1])
+    try:
+        start = common_prefix(_chat_tokens(backend, backend.render(earlier)), tokens)
+    except InvalidPrompt:
+        return 0
+    return start if 1 < start < len(tokens) - 1 else 0
 
 
 def _media_prompt(

@@ -3,7 +3,8 @@
 A finished sequence keeps its KV cells: the tokens it holds are remembered here, with the
 LoRA adapter set they were computed under, and the next request under the same set that starts
 with the same tokens (a second chat turn re-sending the first) takes that sequence and decodes
-only what is new. Pure bookkeeping; the scheduler does the llama.cpp calls.
+only what is new (what a sequence loses goes to the tiers below: prompt_store.py). Pure
+bookkeeping; the scheduler does the llama.cpp calls.
 """
 
 from __future__ import annotations
@@ -52,27 +53,33 @@ class SlotPool:
         """The tokens whose KV free sequence `seq` holds."""
         return self._held[seq]
 
-    def take_best(self, tokens: list[int], adapters: AdapterSet = ()) -> tuple[int, int]:
-        """Take the free sequence sharing the longest prefix with `tokens`, computed under
-        `adapters` (a sequence computed under another set shares nothing).
+    def adapters_of(self, seq: int) -> AdapterSet:
+        """The adapter set the KV of free sequence `seq` was computed under."""
+        return self._adapters[seq]
 
-        Returns (seq_id, reusable prefix length); on ties, or with no match at all, the least
-        recently used sequence is taken. The caller drops the cells past the prefix.
-        """
+    def best(self, tokens: list[int], adapters: AdapterSet = ()) -> tuple[int, int]:
+        """The free sequence sharing the longest prefix with `tokens`, computed under
+        `adapters` (a sequence computed under another set shares nothing), and that prefix's
+        length; on ties, or with no match at all, the least recently used sequence."""
 
         def shared(seq: int) -> int:
             return common_prefix(self._held[seq], tokens) if self._adapters[seq] == adapters else 0
 
         best = max(self._held, key=lambda s: (shared(s), -self._last_used[s]))
-        common = shared(best)
-        del self._held[best]
-        return best, common
+        return best, shared(best)
 
-    def take_any(self) -> int:
-        """Take the least recently used free sequence (the caller clears its cells)."""
-        seq = min(self._held, key=lambda s: (self._last_used[s], len(self._held[s])))
+    def lru(self) -> int:
+        """The least recently used free sequence (the emptiest on ties)."""
+        return min(self._held, key=lambda s: (self._last_used[s], len(self._held[s])))
+
+    def lru_holding(self) -> int | None:
+        """The least recently used free sequence that holds tokens; None when none does."""
+        holding = [s for s, tokens in self._held.items() if tokens]
+        return min(holding, key=lambda s: self._last_used[s]) if holding else None
+
+    def take(self, seq: int) -> None:
+        """Take free sequence `seq` for a request (the caller trims its cells)."""
         del self._held[seq]
-        return seq
 
     def give_back(self, seq: int, tokens: list[int], adapters: AdapterSet = ()) -> None:
         """Return a sequence whose KV holds exactly `tokens` (positions 0..len-1), computed
@@ -82,14 +89,9 @@ class SlotPool:
         self._held[seq] = tokens
         self._adapters[seq] = adapters
 
-    def evict_lru(self) -> int | None:
-        """Forget the least recently used non-empty cache; return its sequence id (to clear)."""
-        holding = [s for s, tokens in self._held.items() if tokens]
-        if not holding:
-            return None
-        seq = min(holding, key=lambda s: self._last_used[s])
+    def forget(self, seq: int) -> None:
+        """Free sequence `seq` holds nothing any more (its cells were cleared)."""
         self._held[seq] = []
-        return seq
 
 
 class SharedCells:

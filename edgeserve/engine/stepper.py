@@ -215,6 +215,7 @@ class Stepper:
             prefix_cache_hits=scheduler.prefix_hits,
             prefix_cached_tokens=scheduler.prefix_tokens,
             prefix_cache_cells=scheduler.cached_cells(),
+            prompt_cache_tiers=scheduler.store.tier_stats(),
             engine_steps=tally.steps,
             engine_restarts=tally.restarts,
             draft_tokens=tally.drafted,

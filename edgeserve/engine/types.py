@@ -55,6 +55,11 @@ class EngineConfig:
     # the most adapters loaded at once, those loaded with the model included.
     lora_dir: str | None = None
     max_loras: int = 8
+    # The prompt cache's tiers below the KV cache (prompt_store.py): bytes of host memory,
+    # and a folder (None: no disk tier) with the most bytes its files may take.
+    prompt_cache_ram: int = 0
+    prompt_cache_dir: str | None = None
+    prompt_cache_disk: int = 8 * 2**30
 
 
 @dataclass(frozen=True)
@@ -258,6 +263,18 @@ class TokenizerInfo:
 
 
 @dataclass(frozen=True)
+class CacheTierStats:
+    """One tier of the prompt cache below the KV cache ("ram" or "disk"): the entries and
+    bytes it holds, the restores it served and the lookups it could not serve."""
+
+    tier: str
+    entries: int
+    bytes: int
+    hits: int
+    misses: int
+
+
+@dataclass(frozen=True)
 class EngineStats:
     """A snapshot for /health and metrics."""
 
@@ -277,6 +294,7 @@ class EngineStats:
     prefix_cache_hits: int = 0
     prefix_cached_tokens: int = 0
     prefix_cache_cells: int = 0
+    prompt_cache_tiers: tuple[CacheTierStats, ...] = ()
     engine_steps: int = 0
     engine_restarts: int = 0
     draft_tokens: int = 0

@@ -360,6 +360,8 @@ class Engine:
         if not self.load():
             return
         stepper = self._ready()
+        scheduler = stepper.state.scheduler
+        crashed = False
         try:
             while self._wait_for_work(stepper):
                 self._step_started = time.monotonic()
@@ -367,10 +369,14 @@ class Engine:
                 self._step_started = None
                 self._last_step = time.monotonic()
         except Exception:
+            crashed = True
             log.exception("engine thread crashed")
             stepper.fail_all(EngineFault("the engine stopped after an internal error"))
         finally:
             stepper.fail_all(EngineStopped("the server is shutting down"))
+            if scheduler.store.disk is not None and not crashed:
+                scheduler.spill_free()  # what the KV cache holds outlives the process
+            scheduler.store.close()
             stepper.state.backend.close()
 
     def _wait_for_work(self, stepper: Stepper) -> bool:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 from aiohttp import web
@@ -53,6 +54,7 @@ def _engine_health(request: web.Request, models: Fleet) -> dict[str, object]:
         "flash_attn": stats.flash_attn,
         "draft_model": Path(stats.draft_model).name if stats.draft_model else None,
         "input_modalities": input_modalities(client.media_kinds),
+        "prompt_cache": [asdict(tier) for tier in stats.prompt_cache_tiers],
     }
 
 

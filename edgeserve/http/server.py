@@ -24,8 +24,8 @@ from aiohttp import web
 from edgeserve import sdnotify
 from edgeserve.catalogue.entries import build_catalogue
 from edgeserve.catalogue.fleet import Fleet
-from edgeserve.catalogue.footprint import default_budget
 from edgeserve.config import Settings
+from edgeserve.config.values import default_models_budget
 from edgeserve.engine.client import EngineClient
 from edgeserve.engine.worker import Engine
 from edgeserve.http.app import create_app
@@ -101,7 +101,7 @@ async def _serve_catalogue(settings: Settings, ssl_context: ssl.SSLContext | Non
     """Serve the catalogue's models, each loaded on demand, until SIGTERM/SIGINT (0) or a
     wedged engine (1); SIGHUP re-reads the catalogue."""
     catalogue = build_catalogue(settings)
-    budget = settings.models_memory or default_budget()
+    budget = settings.models_memory or default_models_budget()
     fleet = Fleet(
         catalogue,
         memory_budget=budget,

@@ -28,6 +28,7 @@ third position.
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -236,6 +237,9 @@ class FakeBackend:
         self.gpu_offload = gpu  # only what the engine decides by: the fake runs on the CPU
         self.n_gpu_layers = 1 if gpu else 0
         self.flash_attn = False
+        self.cache_identity = f"fake n_ctx={config.n_ctx} window={window}"
+        self.sequences_saved = 0
+        self.sequences_restored = 0
         self.tokenizer_info = TokenizerInfo(
             "fake", "<bos>", "<eos>", None, True, False, VOCAB, config.n_ctx, ""
         )
@@ -360,17 +364,37 @@ class FakeBackend:
             return (first if first < len(cells) else -1, len(cells) - 1)
         return (min(first, len(cells) - 1), len(cells) - 1)
 
-    def save_window(self, seq: int, position: int) -> tuple[list[int], int] | None:
+    def save_window(self, seq: int, position: int) -> bytes | None:
         assert len(self._seqs[seq]) == position, "a window saved off the end of its sequence"
         first = max(0, position + 1 - self.n_swa)
         assert self.swa_lost.get(seq, 0) <= first, "a window saved with cells missing"
-        return (self.history(seq), first)
+        return json.dumps([self.history(seq), first]).encode()
 
     def restore_window(self, seq: int, state: object) -> bool:
-        tokens, first = state  # type: ignore[misc]
+        tokens, first = json.loads(bytes(state))  # type: ignore[call-overload]
         assert self.history(seq) == tokens, "a window restored onto other tokens"
         self.swa_lost[seq] = first
         self.windows_restored += 1
+        return True
+
+    def save_sequence(self, seq: int) -> tuple[bytes, int] | None:
+        cells = [[token, self._cell_under[cell]] for token, cell in self._seqs[seq]]
+        state = json.dumps([cells, self.swa_lost.get(seq, 0)]).encode()
+        self.sequences_saved += 1
+        return state, len(state)
+
+    def restore_sequence(self, seq: int, state: object) -> bool:
+        assert not self._seqs[seq], "a sequence restored onto cells"
+        cells, lost = json.loads(bytes(state))  # type: ignore[call-overload]
+        if self.cells_used() + len(cells) > self.n_ctx:
+            return False
+        for token, under in cells:
+            cell = next(self._cells)
+            self._cell_under[cell] = tuple(tuple(pair) for pair in under)
+            self._seqs[seq].append((token, cell))
+        if lost:
+            self.swa_lost[seq] = lost
+        self.sequences_restored += 1
         return True
 
     def history(self, seq: int) -> list[int]:

@@ -11,37 +11,46 @@ def test_common_prefix():
     assert common_prefix([1, 2], [1, 2, 3]) == 2
 
 
+def _take(pool: SlotPool) -> int:
+    seq = pool.lru()
+    pool.take(seq)
+    return seq
+
+
 def test_takes_the_longest_matching_cache():
     pool = SlotPool(3)
-    a, _ = pool.take_best([9])
-    b, _ = pool.take_best([9])
+    a = _take(pool)
+    b = _take(pool)
     pool.give_back(a, [1, 2, 3, 4])
     pool.give_back(b, [1, 2, 7])
-    seq, common = pool.take_best([1, 2, 3, 5])
+    seq, common = pool.best([1, 2, 3, 5])
     assert (seq, common) == (a, 3)
+    pool.take(seq)
     assert len(pool) == 2
 
 
 def test_no_match_takes_the_least_recently_used():
     pool = SlotPool(2)
-    first = pool.take_any()
-    second = pool.take_any()
+    first = _take(pool)
+    second = _take(pool)
     pool.give_back(first, [5])
     pool.give_back(second, [6])
-    seq, common = pool.take_best([7])
+    seq, common = pool.best([7])
     assert (seq, common) == (first, 0)
 
 
 def test_eviction_order():
     pool = SlotPool(2)
-    a = pool.take_any()
-    b = pool.take_any()
+    a = _take(pool)
+    b = _take(pool)
     pool.give_back(a, [1, 2, 3])
     pool.give_back(b, [4, 5])
-    assert pool.evict_lru() == a
+    assert pool.lru_holding() == a
+    pool.forget(a)
     assert (pool.held(a), pool.held(b)) == ([], [4, 5])
-    assert pool.evict_lru() == b
-    assert pool.evict_lru() is None
+    assert pool.lru_holding() == b
+    pool.forget(b)
+    assert pool.lru_holding() is None
     assert len(pool) == 2
 
 

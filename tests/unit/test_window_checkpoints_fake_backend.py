@@ -10,7 +10,13 @@ import pytest
 from edgeserve.engine.checkpoints import MAX_PER_SEQUENCE, WindowCheckpoints
 from edgeserve.engine.jobs import Choice, Job, JobState, MediaSpan, Prompt
 from edgeserve.engine.planning import GenerationPlan, Planner
-from edgeserve.engine.types import GenerationRequest, SamplingParams, TokenPrompt
+from edgeserve.engine.types import (
+    ChatPrompt,
+    ChatTurn,
+    GenerationRequest,
+    SamplingParams,
+    TokenPrompt,
+)
 from tests.unit.fake_backend import FakeBatch
 from tests.unit.test_engine_fake_backend import Harness, answers, fresh_answer
 
@@ -185,3 +191,30 @@ def test_the_short_question_after_an_image_is_one_chunk_across_a_checkpoint_posi
     image = MediaSpan(100, np.zeros((400, 4), dtype=np.float32), non_causal=True)
     assert first_chunk((image,)) == 60
     assert first_chunk(()) == 12
+
+
+@pytest.mark.parametrize("stored", [False, True])
+def test_a_checkpoint_where_the_last_message_starts_keeps_the_earlier_ones_for_another(
+    stored: bool,
+):
+    # The same 83-letter document, then another question: the window of the question's start
+    # is gone, and the checkpoint taken where the last message starts gives all of the
+    # document back (the one at a multiple of the window only its first 80 positions), from
+    # the KV cache or, once other prompts took the cells, from the store.
+    h = Harness(window=WINDOW, parallel=1, n_ctx=256, prompt_cache_ram=(1 << 20) * stored)
+    document = "abcdefghij" * 8 + "klm"
+
+    def conversation(question: str) -> ChatPrompt:
+        return ChatPrompt((ChatTurn("user", document), ChatTurn("user", question)))
+
+    first, _ = h.submit(conversation("one"), max_tokens=4)
+    h.run_until_idle()
+    assert first.prompt.turn_start == 1 + len(document)  # after the BOS and the document
+    if stored:
+        h.submit("another prompt " * 6, max_tokens=4)  # takes the only sequence's cells
+        h.run_until_idle()
+    second, events = h.submit(conversation("two"), max_tokens=4)
+    h.run_until_idle()
+    assert second.cached == 1 + len(document)
+    assert answers(events) == fresh_answer(conversation("two"), max_tokens=4)
+    h.assert_clean()

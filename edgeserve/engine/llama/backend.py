@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import time
 from collections.abc import Sequence
 
@@ -104,6 +105,7 @@ class LlamaBackend:
         self.gpu_offload = model.gpu_offload
         self.n_gpu_layers = model.n_gpu_layers
         self.flash_attn = model.flash_attn
+        self.cache_identity = _cache_identity(config, model)
         self.batch = TokenBatch(model.n_ctx if model.is_classifier else config.n_batch)
         self._cells = CellLedger()
         # The most logit rows a generation decode has asked for since the context was made
@@ -253,6 +255,17 @@ class LlamaBackend:
         """Put a `save_window` copy back into `seq` (see KvCache)."""
         return self.model.restore_window(seq, state)
 
+    def save_sequence(self, seq: int) -> tuple[object, int] | None:
+        """A copy of every cell of `seq` and its size (see KvCache)."""
+        return self.model.save_sequence(seq)
+
+    def restore_sequence(self, seq: int, state: object) -> bool:
+        """Put a `save_sequence` copy into empty sequence `seq` (see KvCache)."""
+        if not self.model.restore_sequence(seq, state):
+            return False
+        self._cells.stored(seq, 0, self.model.seq_pos_range(seq)[1] + 1)
+        return True
+
     def cells_used(self) -> int:
         """The distinct cells the generation context holds, as this backend filled and trimmed
         them (llama.cpp has no call that counts them: see cells.py)."""
@@ -369,3 +382,21 @@ class LlamaBackend:
         if self.embedder is not self.model:
             self.embedder.close()
         self.model.close()
+
+
+def _cache_identity(config: EngineConfig, model: LoadedModel) -> str:
+    """What a sequence's copied KV means something under: the model and projector files as
+    they are on disk, the context's size, cache type and layout, and the llama.cpp build."""
+    parts = []
+    for path in (config.model_path, config.mmproj_path):
+        if path:
+            st = os.stat(path)
+            parts.append(f"{os.path.realpath(path)}:{st.st_size}:{st.st_mtime_ns}")
+    parts += [
+        f"n_ctx={model.n_ctx}",
+        f"kv={config.kv_cache_type}",
+        f"swa_full={config.swa_full}",
+        f"flash_attn={model.flash_attn}",
+        f"llama_cpp={lc.__version__}",
+    ]
+    return "|".join(parts)

@@ -306,9 +306,31 @@ class LoadedModel(Vocabulary):
         return state if written == size > 0 else None
 
     def restore_window(self, seq: int, state: Any) -> bool:
-        """Make a `save_window` copy the sliding-window cells of `seq` again."""
-        size = ctypes.sizeof(state)
-        return lc.llama_state_seq_set_data_ext(self.ctx, state, size, seq, _WINDOW_ONLY) == size
+        """Make a `save_window` copy (or its bytes read back from a file) the sliding-window
+        cells of `seq` again."""
+        buffer = _c_bytes(state)
+        size = ctypes.sizeof(buffer)
+        return lc.llama_state_seq_set_data_ext(self.ctx, buffer, size, seq, _WINDOW_ONLY) == size
+
+    def save_sequence(self, seq: int) -> tuple[Any, int] | None:
+        """Every cell of `seq` (and, with sliding-window caches, the window cells it still
+        has) copied out of the context: (a ctypes buffer, its size), or None."""
+        size = lc.llama_state_seq_get_size(self.ctx, seq)
+        if size <= 0:
+            return None
+        state = (ctypes.c_uint8 * size)()
+        written = lc.llama_state_seq_get_data(self.ctx, state, size, seq)
+        return (state, size) if written == size else None
+
+    def restore_sequence(self, seq: int, state: Any) -> bool:
+        """Put a `save_sequence` copy (or its bytes read back) into empty sequence `seq`;
+        False when it does not fit or does not match this context (`seq` is then empty)."""
+        buffer = _c_bytes(state)
+        size = ctypes.sizeof(buffer)
+        if lc.llama_state_seq_set_data(self.ctx, buffer, size, seq) == size:
+            return True
+        lc.llama_memory_seq_rm(self.memory, seq, -1, -1)
+        return False
 
     def seq_pos_range(self, seq: int) -> tuple[int, int]:
         """(first, last) stored position of `seq`; (-1, -1) when empty."""
@@ -466,3 +488,11 @@ def _read_metadata(model: Any) -> dict[str, str]:
         lc.llama_model_meta_val_str_by_index(model, i, val_buf, vlen + 1)
         out[key] = val_buf.value.decode("utf-8", "replace")
     return out
+
+
+def _c_bytes(state: Any) -> Any:
+    """A state as llama.cpp's state calls take it: a ctypes buffer as made here, or a
+    writable bytes-like object (a memoryview of a file read into a bytearray) seen as one."""
+    if isinstance(state, ctypes.Array):
+        return state
+    return (ctypes.c_uint8 * len(state)).from_buffer(state)

@@ -170,8 +170,19 @@ export function describeHealth(health, chosen) {
       kv: health.n_ctx ? `${health.kv_cells_used ?? 0} of ${health.n_ctx} cells` : "–",
       gpu,
       input: (health.input_modalities ?? ["text"]).join(", "),
+      prompts: describePromptCache(health.prompt_cache),
     },
   };
+}
+
+/** The prompt cache's tiers below the KV cache (/health's `prompt_cache`: [{tier, entries,
+ * bytes, hits, misses}]) on one line each, or null (the line hidden) with none. */
+export function describePromptCache(tiers) {
+  if (!tiers?.length) return null;
+  const mib = (bytes) => `${(bytes / 2 ** 20).toFixed(bytes < 10 * 2 ** 20 ? 1 : 0)} MiB`;
+  return tiers
+    .map((t) => `${t.tier}: ${t.entries} prompts, ${mib(t.bytes)}, ${t.hits} hits`)
+    .join("\n");
 }
 
 /** /health with a catalogue ({status, models: [{id, status}]}) in words for the page. The
@@ -194,6 +205,7 @@ export function describeCatalogueHealth(health, chosen) {
       kv: null,
       gpu: null,
       input: chosen?.input ? chosen.input.join(", ") : null,
+      prompts: null,
     },
   };
 }

@@ -1,0 +1,241 @@
+"""The prompt cache's tiers below the KV cache: host memory, and optionally a folder on disk.
+
+The KV cache keeps what free sequences hold (slots.py) only until their cells are given to
+another request. Before a free sequence loses at least MIN_TOKENS of what it holds, the
+scheduler copies its KV out (`SequenceState`: the sequence's cells and, on sliding-window
+models, its window checkpoints) into this store, keyed by its tokens and adapter set. A
+request whose prompt shares a longer prefix with a stored entry than with any sequence puts
+the entry back into a sequence and decodes only the rest.
+
+Entries live in host memory within `ram_bytes` and, with a disk tier (prompt_disk.py), are
+also written to files that outlive the process; both tiers drop their least recently used
+entries first. An entry that one tier dropped may still be in the other: one evicted from
+memory is read back from its file when a prompt needs it.
+
+Pure bookkeeping, owned by the engine thread: states are opaque handles, and files are the
+disk tier's.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from edgeserve.engine.slots import common_prefix
+from edgeserve.engine.types import AdapterSet, CacheTierStats
+
+log = logging.getLogger("edgeserve.engine")
+
+# The fewest tokens an entry holds, and the fewest more than the KV cache's own match a
+# restore must give: below that, decoding the tokens again costs about as much as a copy.
+MIN_TOKENS = 64
+
+Tier = Literal["ram", "disk"]
+
+
+@dataclass(frozen=True)
+class SequenceState:
+    """A sequence's KV copied out of the context (`kv`, `kv_bytes` long) and the window
+    checkpoints it had, as (position, state) pairs, oldest first."""
+
+    kv: object
+    kv_bytes: int
+    windows: tuple[tuple[int, object], ...] = ()
+    window_bytes: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        """The host memory it takes."""
+        return self.kv_bytes + self.window_bytes
+
+
+@dataclass(eq=False)
+class Entry:
+    """One stored prompt: in memory when `state` is set, on disk when `file` is."""
+
+    tokens: list[int]
+    adapters: AdapterSet
+    nbytes: int
+    state: SequenceState | None = None
+    file: str | None = None
+    last_used: int = 0
+
+
+class DiskTier(Protocol):
+    """Files of entries that outlive the process (prompt_disk.py)."""
+
+    def scan(self) -> list[tuple[str, list[int], int]]:
+        """(file, tokens, bytes) of every valid entry of this model, oldest first."""
+        ...
+
+    def write(self, tokens: list[int], state: SequenceState) -> str:
+        """Start writing an entry; the file it will be."""
+        ...
+
+    def read(self, file: str, tokens: list[int]) -> SequenceState | None:
+        """The entry in `file`, or None (logged) when it is gone, corrupt or another's."""
+        ...
+
+    def forget(self, file: str) -> None:
+        """Delete an entry's file (superseded by a longer one)."""
+        ...
+
+    def files_held(self) -> tuple[int, int]:
+        """How many entry files this model has on disk now, and their bytes."""
+        ...
+
+    def close(self) -> None:
+        """Finish the writes under way."""
+        ...
+
+
+@dataclass
+class TierCounts:
+    """Restores served by a tier, and lookups it could not serve."""
+
+    hits: int = 0
+    misses: int = 0
+
+
+@dataclass
+class PromptStore:
+    """Stored prompts of one model (see the module docstring)."""
+
+    ram_bytes: int
+    disk: DiskTier | None = None
+    entries: list[Entry] = field(default_factory=list)
+    counts: dict[Tier, TierCounts] = field(
+        default_factory=lambda: {"ram": TierCounts(), "disk": TierCounts()}
+    )
+    _clock: int = 0
+    _ram_stats: CacheTierStats | None = None
+
+    def __post_init__(self) -> None:
+        if self.disk is not None:
+            for file, tokens, nbytes in self.disk.scan():
+                self.entries.append(Entry(tokens, (), nbytes, file=file, last_used=self._tick()))
+
+    @property
+    def enabled(self) -> bool:
+        """Whether anything is stored at all."""
+        return self.ram_bytes > 0 or self.disk is not None
+
+    def ram_used(self) -> int:
+        """Bytes of the entries held in memory."""
+        return sum(e.nbytes for e in self.entries if e.state is not None)
+
+    def in_tier(self, tier: Tier) -> list[Entry]:
+        """The entries a tier holds."""
+        if tier == "ram":
+            return [e for e in self.entries if e.state is not None]
+        return [e for e in self.entries if e.file is not None]
+
+    def best(self, tokens: list[int], adapters: AdapterSet) -> tuple[Entry | None, int]:
+        """The entry sharing the longest prefix with `tokens` under `adapters` (the most
+        recently used on ties), and the length of that prefix."""
+        best: Entry | None = None
+        shared = 0
+        for entry in self.entries:
+            if entry.adapters != adapters or not entry.tokens or entry.tokens[0] != tokens[0]:
+                continue
+            common = common_prefix(entry.tokens, tokens)
+            if common > shared or (common == shared and best and entry.last_used > best.last_used):
+                best, shared = entry, common
+        return best, shared
+
+    def covers(self, tokens: list[int], adapters: AdapterSet) -> bool:
+        """Whether an entry holds `tokens` (or more after them) under `adapters`."""
+        _, shared = self.best(tokens, adapters) if tokens else (None, 0)
+        return shared == len(tokens)
+
+    def put(self, tokens: list[int], adapters: AdapterSet, state: SequenceState) -> None:
+        """Keep a sequence's KV that holds `tokens` (copied: the caller's list may change).
+        Entries it makes redundant (their tokens a prefix of these) go; when an entry holds
+        these tokens already, that one is kept (as the most recently used) instead."""
+        covering, shared = self.best(tokens, adapters)
+        if covering is not None and shared == len(tokens):
+            covering.last_used = self._tick()
+            return
+        for entry in [e for e in self.entries if e.adapters == adapters]:
+            if common_prefix(entry.tokens, tokens) == len(entry.tokens):
+                self._remove(entry)
+        entry = Entry(list(tokens), adapters, state.nbytes, state=state, last_used=self._tick())
+        if self.disk is not None and not adapters:  # adapter ids are this process's own
+            entry.file = self.disk.write(entry.tokens, state)
+        self.entries.append(entry)
+        self._fit_ram()
+
+    def load(self, entry: Entry) -> SequenceState | None:
+        """The state of `entry` to restore, read from its file when it is no longer in
+        memory (and kept in memory again); None when the file is unusable (the entry goes).
+        Counts the hit, and the misses of the tiers above the one that served it."""
+        entry.last_used = self._tick()
+        if entry.state is not None:
+            self.counts["ram"].hits += 1
+            return entry.state
+        self.counts["ram"].misses += 1
+        assert self.disk is not None and entry.file is not None
+        state = self.disk.read(entry.file, entry.tokens)
+        if state is None:
+            self.counts["disk"].misses += 1
+            self.entries.remove(entry)
+            return None
+        self.counts["disk"].hits += 1
+        if state.nbytes <= self.ram_bytes:
+            entry.state = state
+            self._fit_ram(keep=entry)
+        return state
+
+    def missed(self) -> None:
+        """A lookup no tier could serve."""
+        self._ram_stats = None
+        self.counts["ram"].misses += 1
+        if self.disk is not None:
+            self.counts["disk"].misses += 1
+
+    def tier_stats(self) -> tuple[CacheTierStats, ...]:
+        """Each enabled tier's entries, bytes, hits and misses (the memory tier's worked out
+        again only after a change: the engine publishes them every step)."""
+        tiers = []
+        if self.ram_bytes > 0:
+            if self._ram_stats is None:
+                entries, held = len(self.in_tier("ram")), self.ram_used()
+                counts = self.counts["ram"]
+                self._ram_stats = CacheTierStats("ram", entries, held, counts.hits, counts.misses)
+            tiers.append(self._ram_stats)
+        if self.disk is not None:
+            files, held = self.disk.files_held()
+            counts = self.counts["disk"]
+            tiers.append(CacheTierStats("disk", files, held, counts.hits, counts.misses))
+        return tuple(tiers)
+
+    def close(self) -> None:
+        """Finish the disk tier's writes."""
+        if self.disk is not None:
+            self.disk.close()
+
+    def _fit_ram(self, keep: Entry | None = None) -> None:
+        """Drop the least recently used states from memory until the rest fit `ram_bytes`
+        (an entry whose file is written stays, on disk only)."""
+        held = sorted(self.in_tier("ram"), key=lambda e: e.last_used)
+        used = sum(e.nbytes for e in held)
+        for entry in held:
+            if used <= self.ram_bytes:
+                break
+            if entry is keep:
+                continue
+            used -= entry.nbytes
+            entry.state = None
+            if entry.file is None:
+                self.entries.remove(entry)
+
+    def _remove(self, entry: Entry) -> None:
+        self.entries.remove(entry)
+        if entry.file is not None and self.disk is not None:
+            self.disk.forget(entry.file)
+
+    def _tick(self) -> int:
+        self._clock += 1
+        self._ram_stats = None
+        return self._clock
