@@ -286,9 +286,16 @@ class Scheduler:
         window_bytes = sum(memoryview(state).nbytes for _, state in windows)  # type: ignore[arg-type]
         self.store.put(tokens, adapters, SequenceState(kv, kv_bytes, windows, window_bytes))
 
+    def unstored(self) -> bool:
+        """Whether a free sequence holds MIN_TOKENS or more that no stored entry holds."""
+        return self.store.enabled and any(
+            len(held := self.slots.held(seq)) >= MIN_TOKENS
+            and not self.store.covers(held, self.slots.adapters_of(seq))
+            for seq in self.slots
+        )
+
     def spill_free(self) -> None:
-        """Store what every free sequence holds (before the process ends, for the disk
-        tier)."""
+        """Store what every free sequence holds (while idle, and before the process ends)."""
         for seq in self.slots:
             self._spill(seq, self.slots.held(seq), self.slots.adapters_of(seq), keep=0)
 

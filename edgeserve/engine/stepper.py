@@ -194,8 +194,12 @@ class Stepper:
         self._deliver()
 
     def _deliver(self) -> None:
-        self.snapshot = self._stats()
+        self.publish()
         self.state.outbox.flush()
+
+    def publish(self) -> None:
+        """Publish the thread's figures now (`snapshot`), as after a step."""
+        self.snapshot = self._stats()
 
     def _stats(self) -> EngineStats:
         """The thread's side of `EngineStats` (the queue and draining are the inbox's)."""

@@ -330,8 +330,11 @@ class Engine:
 
     def housekeeping(self) -> None:
         """While idle (the thread calls it outside the inbox's lock): free the scoring and
-        embeddings contexts once unused for SCORE_CONTEXT_IDLE_S, and hand the generation
-        context's logit rows back to the system OUTPUT_PAGES_IDLE_S after the last step."""
+        embeddings contexts once unused for SCORE_CONTEXT_IDLE_S, hand the generation
+        context's logit rows back to the system OUTPUT_PAGES_IDLE_S after the last step, and
+        store what free sequences hold in the prompt cache's tiers (so that a later request
+        that needs their cells does not wait for the copy, and the disk tier has it should the
+        process die)."""
         stepper = self._ready()
         backend = stepper.state.backend
         now = time.monotonic()
@@ -339,11 +342,18 @@ class Engine:
             backend.release_score_context()
         if self._output_pages_due(stepper, now) == 0.0:
             backend.release_output_pages()
+        if stepper.state.scheduler.unstored():
+            stepper.state.scheduler.spill_free()
+            stepper.publish()
 
     def _housekeeping_due(self, stepper: Stepper) -> float | None:
         """Seconds until idle housekeeping is due (None: nothing to do)."""
         now = time.monotonic()
-        dues = [self._score_context_due(stepper, now), self._output_pages_due(stepper, now)]
+        dues = [
+            self._score_context_due(stepper, now),
+            self._output_pages_due(stepper, now),
+            0.0 if stepper.state.scheduler.unstored() else None,
+        ]
         return min((due for due in dues if due is not None), default=None)
 
     def _score_context_due(self, stepper: Stepper, now: float) -> float | None:

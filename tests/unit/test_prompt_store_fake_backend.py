@@ -230,3 +230,16 @@ def test_a_sliding_window_models_entry_comes_back_with_its_window_checkpoints():
         assert [answer] == fresh_answer(f"{doc} two", max_tokens=4)
     assert h.backend.sequences_restored >= len(DOCS) - 2
     h.assert_clean()
+
+
+def test_an_idle_engine_stores_what_its_sequences_hold_once():
+    h = Harness(parallel=2, n_ctx=256, prompt_cache_ram=1 << 20)
+    for doc in DOCS:
+        h.submit(f"{doc} one", max_tokens=4)
+        h.run_until_idle()
+        h.engine.housekeeping()  # what the engine thread runs while it waits for work
+        assert not h.scheduler.unstored()
+        h.engine.housekeeping()
+    # Each document copied out once, while idle: none again when its cells were taken.
+    assert h.backend.sequences_saved == len(DOCS)
+    assert h.engine.stats().prompt_cache_tiers[0].entries == len(DOCS)
