@@ -90,6 +90,9 @@ class Scheduler:
         self.prefix_hits = 0
         self.prefix_tokens = 0
         self.restored_tokens = 0  # of those, the ones a stored entry gave back
+        # Free sequences whose tokens could not be stored (no copy, or too large for the
+        # tiers): not tried again while idle until they hold something else.
+        self._unstorable: set[int] = set()
 
     # ---- what is there to do ----------------------------------------------------------------
 
@@ -203,12 +206,14 @@ class Scheduler:
         self.reserved = 0
         self.slots = SlotPool(self.n_seq)
         self.sharing = SharedCells(self.n_seq)
+        self._unstorable.clear()
         self.windows.clear()
         if self.draft_model is not None:
             self.draft_model.clear()
         return ended
 
     def _release(self, job: Job, choice: Choice) -> None:
+        self._unstorable.discard(choice.seq_id)
         choice.done = True
         choice.sampler.free()
         self._cut(choice.seq_id, choice.n_past)  # cells of an unverified draft
@@ -279,17 +284,19 @@ class Scheduler:
         ):
             return
         copied = self.kv.save_sequence(seq)
-        if copied is None:
-            return
-        kv, kv_bytes = copied
-        windows = tuple((c.position, c.state) for c in self.windows.of(seq))
-        window_bytes = sum(memoryview(state).nbytes for _, state in windows)  # type: ignore[arg-type]
-        self.store.put(tokens, adapters, SequenceState(kv, kv_bytes, windows, window_bytes))
+        if copied is not None:
+            kv, kv_bytes = copied
+            windows = tuple((c.position, c.state) for c in self.windows.of(seq))
+            window_bytes = sum(memoryview(state).nbytes for _, state in windows)  # type: ignore[arg-type]
+            self.store.put(tokens, adapters, SequenceState(kv, kv_bytes, windows, window_bytes))
+        if not self.store.covers(tokens, adapters):  # too large for the tiers, or no copy
+            self._unstorable.add(seq)
 
     def unstored(self) -> bool:
         """Whether a free sequence holds MIN_TOKENS or more that no stored entry holds."""
         return self.store.enabled and any(
             len(held := self.slots.held(seq)) >= MIN_TOKENS
+            and seq not in self._unstorable
             and not self.store.covers(held, self.slots.adapters_of(seq))
             for seq in self.slots
         )

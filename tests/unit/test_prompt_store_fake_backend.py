@@ -243,3 +243,16 @@ def test_an_idle_engine_stores_what_its_sequences_hold_once():
     # Each document copied out once, while idle: none again when its cells were taken.
     assert h.backend.sequences_saved == len(DOCS)
     assert h.engine.stats().prompt_cache_tiers[0].entries == len(DOCS)
+
+
+def test_a_prompt_too_large_for_the_memory_tier_is_not_copied_again_and_again():
+    h = Harness(parallel=2, n_ctx=256, prompt_cache_ram=100)  # less than any entry
+    h.submit(f"{DOCS[0]} one", max_tokens=4)
+    h.run_until_idle()
+    h.engine.housekeeping()
+    assert h.backend.sequences_saved == 1 and h.scheduler.store.entries == []
+    assert not h.scheduler.unstored()  # the engine thread would otherwise never sleep
+    h.submit(f"{DOCS[1]} one", max_tokens=4)  # takes the other sequence
+    h.run_until_idle()
+    h.engine.housekeeping()
+    assert h.backend.sequences_saved == 2
