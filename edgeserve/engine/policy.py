@@ -279,6 +279,7 @@ class Scheduler:
         `keep` cells go, when that loses MIN_TOKENS or more not stored yet."""
         if (
             not self.store.enabled
+            or seq in self._unstorable
             or len(tokens) - keep < MIN_TOKENS
             or self.store.covers(tokens, adapters)
         ):
