@@ -30,6 +30,8 @@ log = logging.getLogger("edgeserve.engine")
 # The fewest tokens an entry holds, and the fewest more than the KV cache's own match a
 # restore must give: below that, decoding the tokens again costs about as much as a copy.
 MIN_TOKENS = 64
+# Tokens per block of the prefix index: entries are found by the whole blocks they share.
+BLOCK = MIN_TOKENS
 
 Tier = Literal["ram", "disk"]
 
@@ -60,6 +62,64 @@ class Entry:
     state: SequenceState | None = None
     file: str | None = None
     last_used: int = 0
+    chain: list[int] = field(default_factory=list)  # block_chain(tokens, adapters)
+
+    def __post_init__(self) -> None:
+        self.chain = block_chain(self.tokens, self.adapters)
+
+
+def block_chain(tokens: list[int], adapters: AdapterSet) -> list[int]:
+    """Hashes of the first 1, 2, … whole blocks of BLOCK tokens under `adapters`: two prompts
+    share the k-th hash when (hash collisions aside) they share their first k blocks."""
+    chain = []
+    running = hash(adapters)
+    for start in range(0, len(tokens) - BLOCK + 1, BLOCK):
+        running = hash((running, tuple(tokens[start : start + BLOCK])))
+        chain.append(running)
+    return chain
+
+
+class PrefixIndex:
+    """The entries by the hashes of their block chains, so that a lookup costs a few
+    dictionary probes and exact comparisons with the entries sharing the most blocks, however
+    many entries there are."""
+
+    def __init__(self) -> None:
+        self._buckets: dict[int, list[Entry]] = {}
+
+    def add(self, entry: Entry) -> None:
+        """Index an entry."""
+        for key in entry.chain:
+            self._buckets.setdefault(key, []).append(entry)
+
+    def remove(self, entry: Entry) -> None:
+        """Forget an entry."""
+        for key in entry.chain:
+            bucket = self._buckets[key]
+            bucket.remove(entry)
+            if not bucket:
+                del self._buckets[key]
+
+    def deepest(self, chain: list[int]) -> list[Entry]:
+        """The entries sharing the most whole blocks with a prompt of block chain `chain`
+        (none when they share no whole block). An entry sharing k blocks shares every
+        shorter run, so the deepest non-empty bucket is found by bisection."""
+        low, high = 0, len(chain)  # chain[:low] all have entries; chain[high:] none
+        while low < high:
+            mid = (low + high) // 2
+            if chain[mid] in self._buckets:
+                low = mid + 1
+            else:
+                high = mid
+        return list(self._buckets[chain[low - 1]]) if low else []
+
+    def along(self, chain: list[int]) -> list[Entry]:
+        """Every entry sharing a whole block with a prompt of block chain `chain`."""
+        seen: dict[int, Entry] = {}
+        for key in chain:
+            for entry in self._buckets.get(key, ()):
+                seen[id(entry)] = entry
+        return list(seen.values())
 
 
 class DiskTier(Protocol):
@@ -110,11 +170,12 @@ class PromptStore:
     )
     _clock: int = 0
     _ram_stats: CacheTierStats | None = None
+    _index: PrefixIndex = field(default_factory=PrefixIndex)
 
     def __post_init__(self) -> None:
         if self.disk is not None:
             for file, tokens, nbytes in self.disk.scan():
-                self.entries.append(Entry(tokens, (), nbytes, file=file, last_used=self._tick()))
+                self._add(Entry(tokens, (), nbytes, file=file, last_used=self._tick()))
 
     @property
     def enabled(self) -> bool:
@@ -136,8 +197,8 @@ class PromptStore:
         recently used on ties), and the length of that prefix."""
         best: Entry | None = None
         shared = 0
-        for entry in self.entries:
-            if entry.adapters != adapters or not entry.tokens or entry.tokens[0] != tokens[0]:
+        for entry in self._index.deepest(block_chain(tokens, adapters)):
+            if entry.adapters != adapters:
                 continue
             common = common_prefix(entry.tokens, tokens)
             if common > shared or (common == shared and best and entry.last_used > best.last_used):
@@ -157,13 +218,14 @@ class PromptStore:
         if covering is not None and shared == len(tokens):
             covering.last_used = self._tick()
             return
-        for entry in [e for e in self.entries if e.adapters == adapters]:
-            if common_prefix(entry.tokens, tokens) == len(entry.tokens):
-                self._remove(entry)
         entry = Entry(list(tokens), adapters, state.nbytes, state=state, last_used=self._tick())
+        for older in self._index.along(entry.chain):
+            n = len(older.tokens)
+            if older.adapters == adapters and n <= len(tokens) and older.tokens == tokens[:n]:
+                self._remove(older)
         if self.disk is not None and not adapters:  # adapter ids are this process's own
             entry.file = self.disk.write(entry.tokens, state)
-        self.entries.append(entry)
+        self._add(entry)
         self._fit_ram()
 
     def load(self, entry: Entry) -> SequenceState | None:
@@ -179,7 +241,7 @@ class PromptStore:
         state = self.disk.read(entry.file, entry.tokens)
         if state is None:
             self.counts["disk"].misses += 1
-            self.entries.remove(entry)
+            self._forget(entry)
             return None
         self.counts["disk"].hits += 1
         if state.nbytes <= self.ram_bytes:
@@ -228,10 +290,19 @@ class PromptStore:
             used -= entry.nbytes
             entry.state = None
             if entry.file is None:
-                self.entries.remove(entry)
+                self._forget(entry)
+
+    def _add(self, entry: Entry) -> None:
+        self.entries.append(entry)
+        self._index.add(entry)
+
+    def _forget(self, entry: Entry) -> None:
+        self.entries.remove(entry)
+        self._index.remove(entry)
 
     def _remove(self, entry: Entry) -> None:
-        self.entries.remove(entry)
+        """Forget an entry and delete its file."""
+        self._forget(entry)
         if entry.file is not None and self.disk is not None:
             self.disk.forget(entry.file)
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from edgeserve.engine.prompt_disk import MAGIC, PromptFiles
-from edgeserve.engine.prompt_store import MIN_TOKENS, PromptStore, SequenceState
+from edgeserve.engine.prompt_store import BLOCK, MIN_TOKENS, PromptStore, SequenceState
+from edgeserve.engine.slots import common_prefix
 from tests.unit.test_engine_fake_backend import Harness, answers, fresh_answer
 
 # Documents of 80 letters (no two share their first), asked in turn: 4 of them hold more
@@ -40,17 +41,21 @@ def test_least_recently_used_states_leave_memory_first_and_the_budget_holds():
     assert store.ram_used() <= 250
 
 
-def test_any_sequence_of_puts_and_loads_keeps_memory_within_the_budget():
+def test_any_sequence_of_puts_and_lookups_finds_the_longest_prefix_within_the_budget():
     rng = random.Random(7)
     for _ in range(50):
         budget = rng.randrange(100, 1000)
         store = PromptStore(ram_bytes=budget)
         for _ in range(40):
-            tokens = [rng.randrange(1, 5) for _ in range(rng.randrange(1, 6))] * 20
+            tokens = [rng.randrange(1, 5) for _ in range(rng.randrange(2, 6))] * 32
             if rng.random() < 0.6:
                 store.put(tokens, (), state(rng.randrange(10, 400)))
-            elif (found := store.best(tokens, ())[0]) is not None:
-                assert store.load(found) is not None
+            else:
+                found, shared = store.best(tokens, ())
+                longest = max((common_prefix(e.tokens, tokens) for e in store.entries), default=0)
+                assert shared == (longest if longest >= BLOCK else 0)  # what a full scan finds
+                if found is not None:
+                    assert store.load(found) is not None
             assert store.ram_used() <= budget
             for entry in store.entries:  # no entry is a prefix of another under one set
                 others = [o for o in store.entries if o is not entry]
