@@ -261,3 +261,14 @@ def test_a_prompt_too_large_for_the_memory_tier_is_not_copied_again_and_again():
     h.run_until_idle()
     h.engine.housekeeping()
     assert h.backend.sequences_saved == 2
+
+
+def test_the_lookup_compares_every_entry_sharing_the_most_blocks():
+    store = PromptStore(ram_bytes=10_000)
+    system = list(range(100, 100 + BLOCK))  # one shared block, then three ways on
+    for branch in (1, 2, 3):
+        store.put(system + [branch] * 40, (), state(10))
+    for branch in (3, 1, 2):
+        entry, shared = store.best(system + [branch] * 30 + [9], ())
+        assert entry is not None and entry.tokens[-1] == branch and shared == BLOCK + 30
+    assert store.best(list(range(100, 100 + BLOCK - 1)) + [7] * 40, ())[1] == 0  # no block
