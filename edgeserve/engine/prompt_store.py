@@ -18,14 +18,11 @@ disk tier's.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from edgeserve.engine.slots import common_prefix
 from edgeserve.engine.types import AdapterSet, CacheTierStats
-
-log = logging.getLogger("edgeserve.engine")
 
 # The fewest tokens an entry holds, and the fewest more than the KV cache's own match a
 # restore must give: below that, decoding the tokens again costs about as much as a copy.
