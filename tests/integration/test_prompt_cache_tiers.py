@@ -1,8 +1,8 @@
 """The prompt cache's tiers below the KV cache on the real model (Gemma 3: sliding-window
 caches, so a stored sequence holds its last window and its checkpoints): documents whose cells
 were given to other prompts come back from host memory, and from the disk tier after the
-engine stops and a new one starts; the answers equal a cold engine's, and a disk tier never
-restores entries of another context size or a damaged file."""
+engine stops and a new one starts; the answers equal a cold engine's, and a damaged file is
+never restored (another context's entries: tests/unit/test_prompt_store_fake_backend.py)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,12 @@ from edgeserve.engine.types import CacheTierStats
 from edgeserve.engine.worker import Engine
 from tests.integration.test_window_checkpoints import greedy, inventory, started_engine
 
-N_CTX = 2048
-# Two documents of ~760 tokens: with one sequence, each takes the cells of the other.
-DOCS = (inventory(0, 40), inventory(40, 40, "moved"))
-QUESTIONS = ("\nWhich lamp was in room 3?", "\nWhich lamp was blue?")
+# With one sequence, room for 5 window checkpoints (the cells window-sized caches save).
+N_CTX = 4096
+# Two documents of ~570 tokens, past Gemma's 512-position window: with one sequence, each
+# takes the cells of the other.
+DOCS = (inventory(0, 29), inventory(29, 29, "moved"))
+SAME, OTHER = "\nWhich lamp was in room 3?", "\nWhich lamp was blue?"
 
 
 def tiers(engine: Engine) -> dict[str, CacheTierStats]:
@@ -29,89 +31,76 @@ def tiers(engine: Engine) -> dict[str, CacheTierStats]:
 
 
 def engine_with(model_path: Path, **config: Any) -> Engine:
-    return started_engine(model_path, n_ctx=N_CTX, **config)
+    return started_engine(model_path, **{"n_ctx": N_CTX, **config})
 
 
 @pytest.fixture(scope="module")
-def cold_answers(model_path: Path) -> Iterator[dict[str, str]]:
-    """Each document with each question, answered by an engine with no tiers, each prompt
-    after another one so that nothing of it is cached."""
+def cold(model_path: Path) -> Iterator[dict[str, str]]:
+    """Greedy answers to each document with the OTHER question, from an engine without
+    tiers that saw nothing before (its two prompts share no more than the template)."""
     engine = engine_with(model_path, prompt_cache_ram=0)
     answers: dict[str, str] = {}
+
+    async def fill() -> None:
+        for doc in DOCS:
+            answers[doc + OTHER], cached = await greedy(engine, doc + OTHER)
+            assert cached < 8
+
     try:
-
-        async def run() -> None:
-            for question in QUESTIONS:
-                for doc in DOCS:
-                    await greedy(engine, "Something else entirely.")
-                    answers[doc + question] = (await greedy(engine, doc + question))[0]
-
-        asyncio.run(run())
+        asyncio.run(fill())
     finally:
         engine.close()
     yield answers
 
 
-async def test_documents_come_back_from_memory_exactly(model_path: Path, cold_answers):
-    engine = engine_with(model_path, prompt_cache_ram=64 << 20)
+async def test_documents_come_back_from_memory_exactly(model_path: Path, cold):
+    engine = engine_with(model_path, prompt_cache_ram=256 << 20)  # ~20 MiB an entry
     try:
-        for doc in DOCS:
-            await greedy(engine, doc + QUESTIONS[0])
+        first = [await greedy(engine, doc + SAME) for doc in DOCS]
         assert tiers(engine)["ram"].entries == 2  # each stored once the engine was idle
-        for question in QUESTIONS:
-            for doc in DOCS:
-                answer, cached = await greedy(engine, doc + question)
-                assert answer == cold_answers[doc + question]
-                assert cached >= 512  # at least up to the document's checkpoint
+        for doc, (answer, _) in zip(DOCS, first, strict=True):
+            again, cached = await greedy(engine, doc + SAME)
+            assert again == answer and cached > 512  # all but the last token
+        answer, cached = await greedy(engine, DOCS[0] + OTHER)
+        assert answer == cold[DOCS[0] + OTHER]
+        assert cached == 512  # the entry's window checkpoint before the question differs
         ram = tiers(engine)["ram"]
-        assert ram.hits >= 3 and ram.bytes <= 64 << 20
+        assert ram.hits == 3 and ram.bytes <= 256 << 20
     finally:
         engine.close()
 
 
-async def test_the_disk_tier_outlives_the_engine_and_keeps_to_its_context(
-    model_path: Path, cold_answers, tmp_path: Path, caplog
+async def test_the_disk_tier_outlives_the_engine_and_ignores_a_damaged_entry(
+    model_path: Path, cold, tmp_path: Path, caplog
 ):
     first = engine_with(model_path, prompt_cache_ram=0, prompt_cache_dir=str(tmp_path))
     try:
         for doc in DOCS:
-            await greedy(first, doc + QUESTIONS[0])
+            await greedy(first, doc + SAME)
     finally:
-        first.close()  # stores what the sequence still holds
-    files = sorted(tmp_path.glob("*/*.prompt"))
-    assert len(files) == 2
+        first.close()
+    (folder,) = tmp_path.iterdir()
+    assert len(list(folder.glob("*.prompt"))) == 2
 
     again = engine_with(model_path, prompt_cache_ram=0, prompt_cache_dir=str(tmp_path))
     try:
         assert tiers(again)["disk"].entries == 2
         for doc in DOCS:
-            answer, cached = await greedy(again, doc + QUESTIONS[1])
-            assert answer == cold_answers[doc + QUESTIONS[1]]
-            assert cached >= 512
+            answer, cached = await greedy(again, doc + OTHER)
+            assert answer == cold[doc + OTHER] and cached == 512
         assert tiers(again)["disk"].hits == 2
     finally:
         again.close()
 
-    other = engine_with(
-        model_path, n_ctx=2 * N_CTX, prompt_cache_ram=0, prompt_cache_dir=str(tmp_path)
-    )
-    try:
-        assert tiers(other)["disk"].entries == 0  # another context size: none of them
-        answer, cached = await greedy(other, DOCS[0] + QUESTIONS[1])
-        assert answer == cold_answers[DOCS[0] + QUESTIONS[1]] and cached == 0
-    finally:
-        other.close()
-
-    files = sorted(tmp_path.glob(f"{files[0].parent.name}/*.prompt"))
-    for path in files:  # one bit flipped at the end of each entry's KV
+    for path in folder.glob("*.prompt"):  # one bit flipped at the end of each entry
         data = bytearray(path.read_bytes())
         data[-1] ^= 0x01
         path.write_bytes(bytes(data))
     damaged = engine_with(model_path, prompt_cache_ram=0, prompt_cache_dir=str(tmp_path))
     try:
         with caplog.at_level(logging.WARNING, logger="edgeserve.engine"):
-            answer, cached = await greedy(damaged, DOCS[0] + QUESTIONS[1])
-        assert answer == cold_answers[DOCS[0] + QUESTIONS[1]] and cached == 0
-        assert "prompt cache: ignoring" in caplog.text
+            answer, cached = await greedy(damaged, DOCS[0] + OTHER)
+        assert answer == cold[DOCS[0] + OTHER] and cached == 0
+        assert "prompt cache: ignoring" in caplog.text and "checksum mismatch" in caplog.text
     finally:
         damaged.close()
