@@ -39,6 +39,7 @@ async def serve(aiohttp_client, models_dir: Path):
     fleets: list[Fleet] = []
 
     async def start(budget_mib: int = 4096, **overrides: Any):
+        overrides.setdefault("prompt_cache_ram", 0)  # budgets sized to the models alone
         settings = Settings(
             model="", models_dir=str(models_dir), ctx_size=512, parallel=1, **overrides
         )

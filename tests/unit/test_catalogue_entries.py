@@ -180,3 +180,10 @@ def test_the_footprint_grows_with_the_context_and_the_sequences(model_path):
     # Gemma 3 270M: 18 layers x 1 KV head x (256 + 256) x 2 bytes = 18 KiB a cell.
     assert small.kv == 1024 * 18 * 1024 and large.kv == 8 * small.kv
     assert large.compute > small.compute
+
+
+def test_the_footprint_counts_the_prompt_caches_memory_tier(model_path):
+    without = estimate(EngineConfig(model_path=str(model_path)))
+    cached = estimate(EngineConfig(model_path=str(model_path), prompt_cache_ram=300 * 2**20))
+    assert cached.prompt_cache == 300 * 2**20
+    assert cached.total == without.total + 300 * 2**20
