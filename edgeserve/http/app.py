@@ -124,6 +124,9 @@ def create_app(
         _add_routes(app, prefix, ollama.ROUTES, ollama_paths)
         path_errors.update(dict.fromkeys(ollama_paths, middlewares.ollama_error_response))
         paths.update(ollama_paths)
+        app.router.add_route("HEAD", prefix + "/", ollama_liveness)
+        if not page:  # GET / stays the reference's 404 beside Ollama's HEAD /
+            app.router.add_get(prefix + "/", no_page, allow_head=False)
     app[KNOWN_PATHS] = frozenset(paths)
     return app
 
@@ -138,6 +141,16 @@ async def _media_fetcher(fetcher: HttpMediaFetcher, app: web.Application) -> Asy
 def _relative(routes: Sequence[Route]) -> list[Route]:
     """Anthropic's routes under the sub-application's prefix."""
     return [replace(route, path=route.path.removeprefix(ANTHROPIC_PREFIX)) for route in routes]
+
+
+async def ollama_liveness(request: web.Request) -> web.Response:
+    """`HEAD /`, Ollama's liveness check (GET / stays the chat page)."""
+    return web.Response(text="Ollama is running")
+
+
+async def no_page(request: web.Request) -> web.Response:
+    """`GET /` with --no-webui: the reference's 404."""
+    raise web.HTTPNotFound()
 
 
 def _add_routes(

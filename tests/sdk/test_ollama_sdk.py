@@ -1,6 +1,7 @@
 """Ollama's API through the official `ollama` library, unchanged: chat and generate, streamed
 and not, each answer the engine's own greedy answer to the same conversation; `format` (a
-pydantic model's schema, "json"); tools, and a call's result sent back; and errors in Ollama's shape
+pydantic model's schema, "json"); tools, and a call's result sent back; embed and embeddings;
+tags, ps, show, version; a request that only loads or unloads; and errors in Ollama's shape
 (an unknown model, bad options, `think`, an oversized body).
 tests/unit/test_ollama_api.py covers the translation and the objects without a model."""
 
@@ -12,6 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+import numpy as np
 import ollama
 import pytest
 from aiohttp.test_utils import TestServer
@@ -22,6 +24,7 @@ from edgeserve.engine.client import EngineClient
 from edgeserve.engine.types import (
     ChatPrompt,
     ChatTurn,
+    EmbedRequest,
     Finished,
     GenerationRequest,
     GrammarSpec,
@@ -226,6 +229,49 @@ async def test_a_tool_call_and_its_result(olla, engine):
     assert reply.message.content == answer
 
 
+async def test_embed_and_embeddings_are_the_engine_s_vectors(olla, engine):
+    texts = ("hello world", "the sky is blue")
+    result = await EngineClient(engine).embed(EmbedRequest(texts))
+    reply = await olla.embed(MODEL, list(texts))
+    assert reply.model == MODEL and reply.prompt_eval_count == result.n_tokens
+    assert np.allclose(np.array(reply.embeddings), np.stack(result.vectors), atol=1e-6)
+    older = await olla.embeddings(MODEL, texts[0])
+    assert np.allclose(older.embedding, result.vectors[0], atol=1e-6)
+    assert (await olla.embed(MODEL, [])).embeddings == []
+
+
+async def test_tags_ps_show_and_version_describe_the_model(olla, server):
+    [listed] = (await olla.list()).models
+    assert listed.model == f"{MODEL}:latest" and listed.size > 100_000_000
+    assert listed.details.format == "gguf" and listed.details.family == "gemma3"
+    assert listed.details.quantization_level == "Q4_K_M" and listed.details.parameter_size == "270M"
+    [loaded] = (await olla.ps()).models
+    assert loaded.model == f"{MODEL}:latest" and loaded.size > 0
+    assert loaded.expires_at.year > 2100  # --model alone never unloads
+    shown = await olla.show(f"{MODEL}:latest")
+    assert shown.modelinfo["general.architecture"] == "gemma3"
+    assert shown.modelinfo["gemma3.context_length"] == 32768
+    assert shown.modelinfo["tokenizer.ggml.tokens"] is None  # arrays, as Ollama leaves them
+    assert "<start_of_turn>" in shown.template and "temperature" in shown.parameters
+    assert "completion" in shown.capabilities
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{host(server)}/api/version") as resp:
+            assert resp.status == 200 and "version" in await resp.json()
+        async with http.head(f"{host(server)}/") as resp:  # Ollama's liveness check
+            assert resp.status == 200
+        async with http.get(f"{host(server)}/") as resp:  # the chat page stays
+            assert resp.content_type == "text/html"
+
+
+async def test_an_empty_request_loads_or_unloads_without_generating(olla):
+    loaded = await olla.generate(MODEL)
+    assert loaded.done and loaded.done_reason == "load" and loaded.response == ""
+    unloaded = await olla.generate(MODEL, keep_alive=0)
+    assert unloaded.done_reason == "unload"
+    chat_loaded = await olla.chat(MODEL, [])
+    assert chat_loaded.done_reason == "load" and chat_loaded.message.content == ""
+
+
 async def test_the_stream_is_ndjson(server):
     body = {"model": f"{MODEL}:latest", "prompt": ASK, "options": GREEDY}
     url = f"{host(server)}/api/generate"
@@ -249,6 +295,8 @@ async def test_errors_are_ollama_s(olla):
     for call in (
         olla.chat("llama3", messages),
         olla.generate("llama3", ASK),
+        olla.embed("llama3", "hi"),
+        olla.show("llama3"),
     ):
         error = await refusal(call)
         assert (error.status_code, error.error) == (404, "model 'llama3' not found")
@@ -268,6 +316,16 @@ async def test_an_oversized_body_and_a_wrong_method_are_ollama_s(make_server):
             assert resp.status == 413 and set(await resp.json()) == {"error"}
         async with http.get(f"{host(server)}/api/chat") as resp:
             assert resp.status == 405 and set(await resp.json()) == {"error"}
+
+
+async def test_head_is_ollama_s_liveness_check_with_or_without_the_page(make_server):
+    for no_webui, page in ((False, 200), (True, 404)):
+        server = await make_server(no_webui=no_webui)
+        async with aiohttp.ClientSession() as http:
+            async with http.head(f"{host(server)}/") as resp:
+                assert resp.status == 200
+            async with http.get(f"{host(server)}/") as resp:
+                assert resp.status == page
 
 
 async def test_images_reach_the_engine_as_media(aiohttp_server, vision_engine, settings):

@@ -1,7 +1,7 @@
 """Ollama's routes: /api/chat and /api/generate on the one generation path (NDJSON streams),
-and their route table. Model names
+and the table of every route (embed.py and catalogue_routes.py hold the others). Model names
 are read by `names.served_name` on every route that runs a model. Errors leave as
-`{"error": …}` (the HTTP layer mounts these routes as a sub-application with
+`{"error": …}` (the HTTP layer answers every error on these paths with
 `ollama_error_body`)."""
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from typing import Any
 
 from edgeserve.api.common.call import Call, Route
 from edgeserve.api.common.generating_api import GenerationWork, TokenUsage
+from edgeserve.api.ollama.catalogue_routes import ps, show, tags, version
+from edgeserve.api.ollama.embed import embed, embeddings
 from edgeserve.api.ollama.names import served_name
 from edgeserve.api.ollama.options import check_context
 from edgeserve.api.ollama.render import Kind, OllamaRenderer, error_body
@@ -96,4 +98,10 @@ def ollama_error_body(err: ApiError) -> tuple[int, bytes]:
 ROUTES = (
     Route("POST", "/api/chat", OllamaApi("chat"), names=served_name, streams="ndjson"),
     Route("POST", "/api/generate", OllamaApi("generate"), names=served_name, streams="ndjson"),
+    Route("POST", "/api/embed", embed, names=served_name),
+    Route("POST", "/api/embeddings", embeddings, names=served_name),
+    Route("GET", "/api/tags", tags, uses_model=False),
+    Route("GET", "/api/ps", ps, uses_model=False),
+    Route("POST", "/api/show", show, uses_model=False),
+    Route("GET", "/api/version", version, uses_model=False),
 )

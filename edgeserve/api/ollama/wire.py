@@ -1,5 +1,6 @@
-"""Ollama's request bodies (POST /api/chat, /api/generate). Unknown fields are ignored, as
-Ollama ignores them; `options` is read by `options.py`."""
+"""Ollama's request bodies (POST /api/chat, /api/generate, /api/embed, /api/embeddings,
+/api/show). Unknown fields are ignored, as Ollama ignores them; `options` is read by
+`options.py`."""
 
 from __future__ import annotations
 
@@ -77,3 +78,31 @@ class GenerateRequest(GenerationRequest):
     context: list[int] | None = None
     raw: bool | None = None
     images: list[str] | None = None
+
+
+class EmbedRequest(ProtocolModel):
+    """POST /api/embed: one text or several."""
+
+    model: str | None = None
+    input: str | list[str] = Field(default_factory=list)
+    truncate: bool | None = None
+    dimensions: int | None = None
+    options: dict[str, Any] | None = None
+    keep_alive: float | str | None = None
+
+
+class EmbeddingsRequest(ProtocolModel):
+    """POST /api/embeddings (Ollama's older endpoint): one prompt."""
+
+    model: str | None = None
+    prompt: str = ""
+    options: dict[str, Any] | None = None
+    keep_alive: float | str | None = None
+
+
+class ShowRequest(ProtocolModel):
+    """POST /api/show (`name` is the older spelling of `model`)."""
+
+    model: str | None = None
+    name: str | None = None
+    verbose: bool | None = None
