@@ -2,7 +2,7 @@
 and not, each answer the engine's own greedy answer to the same conversation; `format` (a
 pydantic model's schema, "json"); tools, and a call's result sent back; embed and embeddings;
 tags, ps, show, version; a request that only loads or unloads; and errors in Ollama's shape
-(an unknown model, bad options, `think`, an oversized body).
+(an unknown model, bad options, `think`, an oversized body, the registry's routes).
 tests/unit/test_ollama_api.py covers the translation and the objects without a model."""
 
 from __future__ import annotations
@@ -306,6 +306,10 @@ async def test_errors_are_ollama_s(olla):
     assert (error.status_code, error.error) == (400, f'"{MODEL}" does not support thinking')
     error = await refusal(olla.chat(MODEL, messages, options={"num_ctx": 1_000_000}))
     assert error.status_code == 400 and "--ctx-size" in error.error
+    error = await refusal(olla.pull(MODEL))
+    assert error.status_code == 501 and "registry" in error.error and "/api/pull" in error.error
+    error = await refusal(olla.delete(MODEL))
+    assert error.status_code == 501 and "/api/delete" in error.error
 
 
 async def test_an_oversized_body_and_a_wrong_method_are_ollama_s(make_server):

@@ -1,17 +1,20 @@
 """Ollama's model routes: GET /api/tags, GET /api/ps, POST /api/show (from the catalogue's state
-and each model's GGUF header; nothing loads), and GET /api/version."""
+and each model's GGUF header; nothing loads), GET /api/version, and the registry's routes
+(/api/pull, …), which answer that there is no registry."""
 
 from __future__ import annotations
 
 import asyncio
 
-from edgeserve.api.common.call import Call
+from edgeserve.api.common.call import Call, Unary
 from edgeserve.api.ollama.listing import ps_entry, show_body, tags_entry
 from edgeserve.api.ollama.names import served_name
 from edgeserve.api.ollama.render import json_body
 from edgeserve.api.ollama.wire import ShowRequest
+from edgeserve.api.reference.detail import Detail
 from edgeserve.api.reference.request import parse_body
 from edgeserve.catalogue.status import Models, Status
+from edgeserve.errors import ApiError
 
 VERSION = "0.8.0"
 """The Ollama release whose API these routes answer as: tools (streamed) and structured
@@ -51,6 +54,16 @@ async def show(call: Call) -> bytes:
 async def version(call: Call) -> bytes:
     """GET /api/version."""
     return json_body({"version": VERSION})
+
+
+def no_registry(path: str) -> Unary:
+    """/api/pull, /api/push, /api/create, /api/copy, /api/delete: 501, saying that models are
+    the catalogue's files (nothing is downloaded, uploaded, made or removed)."""
+
+    async def refuse(call: Call) -> bytes:
+        raise ApiError(501, Detail.OLLAMA_NO_REGISTRY.format(path=path))
+
+    return refuse
 
 
 def _models(call: Call) -> Models:

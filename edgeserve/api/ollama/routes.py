@@ -11,7 +11,7 @@ from typing import Any
 
 from edgeserve.api.common.call import Call, Route
 from edgeserve.api.common.generating_api import GenerationWork, TokenUsage
-from edgeserve.api.ollama.catalogue_routes import ps, show, tags, version
+from edgeserve.api.ollama.catalogue_routes import no_registry, ps, show, tags, version
 from edgeserve.api.ollama.embed import embed, embeddings
 from edgeserve.api.ollama.names import served_name
 from edgeserve.api.ollama.options import check_context
@@ -104,4 +104,14 @@ ROUTES = (
     Route("GET", "/api/ps", ps, uses_model=False),
     Route("POST", "/api/show", show, uses_model=False),
     Route("GET", "/api/version", version, uses_model=False),
+    *(
+        Route(method, path, no_registry(path), uses_model=False)
+        for method, path in (
+            ("POST", "/api/pull"),
+            ("POST", "/api/push"),
+            ("POST", "/api/create"),
+            ("POST", "/api/copy"),
+            ("DELETE", "/api/delete"),
+        )
+    ),
 )

@@ -355,6 +355,11 @@ class Detail:
     OLLAMA_IMAGES_NOT_USER = (
         "messages[{index}] is a {role} message with images; only user messages take images."
     )
+    OLLAMA_NO_REGISTRY = (
+        "{path} is not supported: this server reaches no model registry. Its models are GGUF "
+        "files in its catalogue (--model, --models-dir, [models.NAME] tables in the config "
+        "file); GET /api/tags lists them."
+    )
     ENGINE_FAILED = "Internal Server Error"
     ENGINE_RESTARTED = (
         "The server's engine restarted after an internal error while running this request; "
