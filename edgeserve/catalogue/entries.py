@@ -56,6 +56,10 @@ class Catalogue:
         """Every entry's id, sorted."""
         return sorted(self.entries)
 
+    def names(self) -> list[str]:
+        """Every name a request may give: the ids and the aliases."""
+        return list(self._names)
+
 
 def build_catalogue(settings: Settings) -> Catalogue:
     """The catalogue `settings` describe: --model alone, or the folder's models, the presets

@@ -468,6 +468,8 @@ class Fleet:
                 expires_at=h.expires_at,
                 pinned=h.entry.pinned,
                 media_kinds=h.client.media_kinds if h.client is not None else frozenset(),
+                path=h.entry.config.model_path,
+                n_ctx=h.entry.config.n_ctx,
             )
             for h in self.models()
         ]

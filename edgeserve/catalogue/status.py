@@ -21,8 +21,8 @@ class Status(StrEnum):
 @dataclass(frozen=True)
 class ModelState:
     """One model of the catalogue, now: its names, status (with the reason of a failed load),
-    estimated and measured bytes, when an idle unload is due (Unix seconds) and what it reads
-    besides text."""
+    estimated and measured bytes, when an idle unload is due (Unix seconds), what it reads
+    besides text, its GGUF file and the context it loads with."""
 
     id: str
     aliases: tuple[str, ...]
@@ -33,6 +33,8 @@ class ModelState:
     expires_at: float | None
     pinned: bool
     media_kinds: frozenset[str]
+    path: str = ""
+    n_ctx: int = 0
 
 
 class Models(Protocol):

@@ -36,6 +36,7 @@ class Generating:
     def open_choices(self, job: Job, seqs: list[int]) -> list[Choice]:
         """The choices of a job being admitted: one sampler per sequence."""
         params = job.request.params
+        job.admitted_at = time.perf_counter()
         choices: list[Choice] = []
         try:
             for index, seq in enumerate(seqs):
@@ -62,7 +63,10 @@ class Generating:
         )
         rows = self.scheduler.commit(plan)
         self.state.clock.lap("plan")
+        read = time.perf_counter()
         for row, job, choice, draft in rows:
+            if job.prefilled_at is None:
+                job.prefilled_at = read
             if job.state.ended or choice.done:
                 continue
             try:
@@ -233,6 +237,8 @@ class Generating:
         if drain:
             self._emit_text(job, choice, choice.drain_text())
         drafter = choice.drafter
+        now = time.perf_counter()
+        read = now if job.prefilled_at is None else job.prefilled_at
         finished = Finished(
             choice.index,
             reason,
@@ -241,6 +247,8 @@ class Generating:
             stop_sequence,
             drafter.drafted if drafter else 0,
             drafter.accepted if drafter else 0,
+            prompt_s=max(0.0, read - job.admitted_at) if job.admitted_at else 0.0,
+            decode_s=now - read,
         )
         self.state.emit(job, finished)
         self.scheduler.finish(job, choice)

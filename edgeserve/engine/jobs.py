@@ -194,6 +194,8 @@ class Job:
     prefilled: int = 0
     cached: int = 0
     choices: list[Choice] = field(default_factory=list)
+    admitted_at: float = 0.0  # time.perf_counter() when admitted, and when its prompt was read
+    prefilled_at: float | None = None
 
     @property
     def tokens(self) -> list[int]:

@@ -237,6 +237,8 @@ class Finished:
     stop_sequence: str | None = None
     drafted: int = 0  # tokens drafted by speculation for this choice, and how many were kept
     draft_accepted: int = 0
+    prompt_s: float = 0.0  # seconds from admission until the prompt was read (media included)
+    decode_s: float = 0.0  # seconds from then until this choice ended
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """The aiohttp application factory: each API package's routes mounted on the one generation
-path (generating APIs) or a plain JSON handler, Anthropic's as a sub-application whose errors
-have Anthropic's shape."""
+path (generating APIs) or a plain JSON handler; Anthropic's as a sub-application whose errors
+have Anthropic's shape, Ollama's (under /api, which a --root-path may also be) with Ollama's
+error shape by path."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from edgeserve.api.common.call import Route
 from edgeserve.api.embeddings import routes as embeddings
 from edgeserve.api.lora_adapters import routes as lora_adapters
 from edgeserve.api.models import routes as models
+from edgeserve.api.ollama import routes as ollama
 from edgeserve.api.openai_chat import routes as openai_chat
 from edgeserve.api.openai_completions import routes as openai_completions
 from edgeserve.api.openai_responses import routes as openai_responses
@@ -35,7 +37,9 @@ from edgeserve.http.keys import (
     MEDIA_LIMITS,
     METRICS,
     MODELS,
+    PATH_ERRORS,
     SETTINGS,
+    ErrorResponder,
 )
 from edgeserve.http.media_fetch import HttpMediaFetcher
 from edgeserve.http.operations import health, prometheus_metrics
@@ -101,6 +105,8 @@ def create_app(
     app[LIMITS] = limits
     app[MEDIA_LIMITS] = {}
     paths: set[str] = set()
+    path_errors: dict[str, ErrorResponder] = {}  # routes of the main app with their own shape
+    app[PATH_ERRORS] = path_errors
     page = {} if settings.no_webui else chat_page.load_assets()
     for prefix in [""] + ([settings.root_path] if settings.root_path else []):
         _add_routes(app, prefix, API_ROUTES, paths)
@@ -114,6 +120,13 @@ def create_app(
         _add_routes(anthropic, "", _relative(anthropic_messages.ROUTES), set())
         app.add_subapp(prefix + ANTHROPIC_PREFIX, anthropic)
         paths.update(prefix + route.path for route in anthropic_messages.ROUTES)
+        ollama_paths: set[str] = set()
+        _add_routes(app, prefix, ollama.ROUTES, ollama_paths)
+        path_errors.update(dict.fromkeys(ollama_paths, middlewares.ollama_error_response))
+        paths.update(ollama_paths)
+        app.router.add_route("HEAD", prefix + "/", ollama_liveness)
+        if not page:  # GET / stays the reference's 404 beside Ollama's HEAD /
+            app.router.add_get(prefix + "/", no_page, allow_head=False)
     app[KNOWN_PATHS] = frozenset(paths)
     return app
 
@@ -128,6 +141,16 @@ async def _media_fetcher(fetcher: HttpMediaFetcher, app: web.Application) -> Asy
 def _relative(routes: Sequence[Route]) -> list[Route]:
     """Anthropic's routes under the sub-application's prefix."""
     return [replace(route, path=route.path.removeprefix(ANTHROPIC_PREFIX)) for route in routes]
+
+
+async def ollama_liveness(request: web.Request) -> web.Response:
+    """`HEAD /`, Ollama's liveness check (GET / stays the chat page)."""
+    return web.Response(text="Ollama is running")
+
+
+async def no_page(request: web.Request) -> web.Response:
+    """`GET /` with --no-webui: the reference's 404."""
+    raise web.HTTPNotFound()
 
 
 def _add_routes(
@@ -146,13 +169,13 @@ def _handler(route: Route) -> Handler:
     """A generating API on the generation path; any other endpoint answers one JSON body."""
     endpoint = route.endpoint
     if not callable(endpoint):
-        return generation_handler(endpoint)
+        return generation_handler(endpoint, route.names, route.streams)
     unary = endpoint
-    with_body = route.method == "POST"
-    uses_model = route.uses_model
+    with_body = route.method != "GET"
+    uses_model, names = route.uses_model, route.names
 
     async def handle(request: web.Request) -> web.StreamResponse:
-        call = await call_for(request, with_body=with_body, uses_model=uses_model)
+        call = await call_for(request, with_body=with_body, uses_model=uses_model, names=names)
         return web.Response(body=await unary(call), content_type="application/json")
 
     return handle

@@ -1,13 +1,13 @@
 """The one generation path every generating API runs through (chat, completions, Responses,
-Anthropic Messages): checks, admission, then the whole answer or a stream, with the API's
+Anthropic Messages, Ollama): checks, admission, then the whole answer or a stream, with the API's
 renderer as the only API-specific part.
 
 1. Parse and translate (every 4xx before a byte is sent; large bodies off the event loop),
    then read the LoRA adapters the request runs under (api/common/adapters.py).
 2. Submit every prompt; wait until each is tokenized and queued. --request-timeout-s counts
    from here, queue wait included: before the response starts its expiry is a 504 JSON error.
-3. Collect (one JSON body) or stream (SSE): each engine event goes through `Choices`, which
-   reads tool calls and lines log-probabilities up, to the renderer.
+3. Collect (one JSON body) or stream (SSE; NDJSON for Ollama's API): each engine event goes
+   through `Choices`, which reads tool calls and lines log-probabilities up, to the renderer.
 4. Every ending — stop, length, tool call, the deadline, an engine error, the client gone —
    records usage and timing for the access log and the metrics; a stream that already
    answered 200 ends with the renderer's failure event and records the error status.
@@ -28,7 +28,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from edgeserve.api.common.call import Call, deadline_errors
+from edgeserve.api.common.call import Call, Framing, ModelNames, deadline_errors
 from edgeserve.api.common.generating_api import (
     Choices,
     Event,
@@ -56,23 +56,34 @@ from edgeserve.log import PROMPTS
 prompt_log = logging.getLogger(PROMPTS)
 
 
-def generation_handler(api: GenerationApi[Any, Any]) -> Handler:
-    """The aiohttp handler that serves `api` through the generation path."""
+def generation_handler(
+    api: GenerationApi[Any, Any],
+    names: ModelNames | None = None,
+    streams: Framing = "sse",
+) -> Handler:
+    """The aiohttp handler that serves `api` through the generation path (its model names
+    read by `names` when given; streams framed as `streams` says)."""
 
     async def handle(request: web.Request) -> web.StreamResponse:
-        call = await call_for(request, with_body=True)
+        call = await call_for(request, with_body=True, names=names)
         req = await call.off_loop(api.parse, call.body, call.limits)
         check_can_generate(call.engine.can_generate)
         work: GenerationWork = await call.checks(api.translate(req, call.limits))
         adapters = call.adapters()
         requests = tuple(replace(g, adapters=adapters) for g in work.requests)
-        return await _generate(request, call, api, req, replace(work, requests=requests))
+        work = replace(work, requests=requests)
+        return await _generate(request, call, api, req, work, streams)
 
     return handle
 
 
 async def _generate(
-    request: web.Request, call: Call, api: GenerationApi[Any, Any], req: Any, work: GenerationWork
+    request: web.Request,
+    call: Call,
+    api: GenerationApi[Any, Any],
+    req: Any,
+    work: GenerationWork,
+    streams: Framing,
 ) -> web.StreamResponse:
     settings = request.config_dict[SETTINGS]
     if settings.log_prompts:
@@ -98,7 +109,8 @@ async def _generate(
                     if not work.stream:
                         body = await _collect(work, gens, renderer, usage)
                         return web.Response(body=body, content_type="application/json")
-            return await _stream(request, call, work, gens, renderer, usage, deadline)
+            stream = EventStream(request, request.config_dict[SETTINGS].ping_interval_s, streams)
+            return await _stream(stream, call, work, gens, renderer, usage, deadline)
         finally:
             if submitted:
                 call.record.generated(
@@ -136,7 +148,7 @@ async def _collect(
 
 
 async def _stream(
-    request: web.Request,
+    stream: EventStream,
     call: Call,
     work: GenerationWork,
     gens: Sequence[Generation],
@@ -144,10 +156,9 @@ async def _stream(
     usage: TokenUsage,
     deadline: float,
 ) -> web.StreamResponse:
-    """The answer as server-sent events; a client that goes away ends it (and leaving the
+    """The answer as a stream of events; a client that goes away ends it (and leaving the
     generations' context then aborts the engine work)."""
     choices = Choices(renderer, work)
-    stream = EventStream(request, request.config_dict[SETTINGS].ping_interval_s)
     async with stream:
         if not await stream.send_all(renderer.start()):
             return stream.response

@@ -29,6 +29,8 @@ MEDIA_LIMITS = web.AppKey("edgeserve.media_limits", dict[frozenset[MediaKind], L
 METRICS = web.AppKey("edgeserve.metrics", Metrics)
 KNOWN_PATHS = web.AppKey("edgeserve.known_paths", frozenset)
 ERRORS = web.AppKey("edgeserve.errors", ErrorResponder)
+PATH_ERRORS = web.AppKey("edgeserve.path_errors", dict[str, ErrorResponder])
+"""Paths whose errors have their own API's shape (Ollama's), whatever app routed them."""
 RECORD = web.RequestKey("edgeserve.record", RequestRecord)
 LEASES = web.RequestKey("edgeserve.leases", contextlib.AsyncExitStack)
 """The models a request holds while it runs, released when it ends (middlewares.py)."""

@@ -1,7 +1,8 @@
 """Middlewares, outermost first: request context (id, access log, metrics, last-resort 500) →
 trusted Host (403 against DNS rebinding) → CORS → API errors (ApiError and aiohttp's own
 404/405/413 in the shape of the application that routed the request: `{"detail": …,
-"message": …}`, or Anthropic's `{"type": "error", "error": …}` in its sub-application)."""
+"message": …}`, Anthropic's `{"type": "error", "error": …}` in its sub-application, or Ollama's
+`{"error": …}` on its paths)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 
 from edgeserve.api.anthropic_messages.routes import anthropic_error_body
+from edgeserve.api.ollama.routes import ollama_error_body
 from edgeserve.api.reference.errors import error_body
 from edgeserve.api.reference.request import (
     body_too_large,
@@ -29,6 +31,7 @@ from edgeserve.http.keys import (
     KNOWN_PATHS,
     LEASES,
     METRICS,
+    PATH_ERRORS,
     RECORD,
     SETTINGS,
     RequestRecord,
@@ -56,6 +59,14 @@ def reference_error_response(request: web.Request, err: ApiError) -> web.Respons
 def anthropic_error_response(request: web.Request, err: ApiError) -> web.Response:
     """The JSON response for an ApiError on an Anthropic endpoint."""
     status, body = anthropic_error_body(err)
+    return web.Response(
+        status=status, body=body, content_type="application/json", headers=err.headers
+    )
+
+
+def ollama_error_response(request: web.Request, err: ApiError) -> web.Response:
+    """The JSON response for an ApiError on an Ollama endpoint."""
+    status, body = ollama_error_body(err)
     return web.Response(
         status=status, body=body, content_type="application/json", headers=err.headers
     )
@@ -229,6 +240,8 @@ async def api_errors(request: web.Request, handler: Handler) -> web.StreamRespon
 
 
 def _error_for(request: web.Request, error: ApiError) -> web.Response:
-    """`error` in the shape of the innermost application that routed the request (aiohttp's
-    `config_dict` is fixed by the first middleware that reads it, so it cannot tell)."""
-    return request.match_info.apps[-1][ERRORS](request, error)
+    """`error` in the shape of the request's path where it has one of its own (Ollama's),
+    else of the innermost application that routed the request (aiohttp's `config_dict` is
+    fixed by the first middleware that reads it, so it cannot tell)."""
+    responder = request.config_dict[PATH_ERRORS].get(request.path)
+    return (responder or request.match_info.apps[-1][ERRORS])(request, error)

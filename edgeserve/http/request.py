@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
 
-from edgeserve.api.common.call import Call
+from edgeserve.api.common.call import Call, ModelNames
 from edgeserve.api.reference.engine_errors import engine_error
 from edgeserve.api.reference.limits import Limits
 from edgeserve.api.reference.request import body_too_large, check_api_key, decode_json_body
@@ -36,11 +37,18 @@ ALL_MEDIA_KINDS: frozenset[MediaKind] = frozenset({"image", "audio"})
 LARGE_BODY_BYTES = 256 * 1024
 
 
-async def call_for(request: web.Request, *, with_body: bool, uses_model: bool = True) -> Call:
+async def call_for(
+    request: web.Request,
+    *,
+    with_body: bool,
+    uses_model: bool = True,
+    names: ModelNames | None = None,
+) -> Call:
     """The request as an endpoint sees it: its API key checked (401), with `with_body` its
     declared size (413) before its JSON body is read and decoded, and with `uses_model` the
-    model it names (the body's `model`, or a GET's `?model=`) held for as long as the request
-    runs (404 for a name the catalogue lacks; a model not loaded loads first)."""
+    model it names (the body's `model`, or a GET's `?model=`, read by the API's `names` when
+    it has its own rules) held for as long as the request runs (404 for a name the catalogue
+    lacks; a model not loaded loads first)."""
     check_key(request)
     settings = request.config_dict[SETTINGS]
     body = None
@@ -59,7 +67,7 @@ async def call_for(request: web.Request, *, with_body: bool, uses_model: bool = 
     models = request.config_dict[MODELS]
     model_name, client, projector = settings.model_name, None, bool(settings.mmproj)
     if uses_model:
-        held = await _lease(request, models, body)
+        held = await _lease(request, models, body, names)
         client, projector = held.client, bool(held.entry.config.mmproj_path)
         if not models.single:
             model_name = held.entry.id  # with --model alone, answers carry --model-name
@@ -79,21 +87,26 @@ async def call_for(request: web.Request, *, with_body: bool, uses_model: bool = 
     )
 
 
-async def _lease(request: web.Request, models: Fleet, body: Any) -> Held:
+async def _lease(request: web.Request, models: Fleet, body: Any, names: ModelNames | None) -> Held:
     """The model the request names (the body's `model`, a GET's `?model=`, else --model's),
-    held until the request ends."""
+    held until the request ends; how long that took to load it goes to the request's record."""
     settings = request.config_dict[SETTINGS]
     name = body.get("model") if isinstance(body, dict) else request.query.get("model")
-    if not isinstance(name, str) or not name:
+    if names is not None:
+        name = names(name, models.catalogue.names())
+    elif not isinstance(name, str) or not name:
         name = settings.model_name or None
     keep_alive = None
     if isinstance(body, dict) and "keep_alive" in body:
         with contextlib.suppress(ValueError):  # Ollama's field; a bad one keeps the default
             keep_alive = values.keep_alive(body["keep_alive"])
+    started = time.perf_counter()
     try:
-        return await request[LEASES].enter_async_context(models.lease(name, keep_alive))
+        held = await request[LEASES].enter_async_context(models.lease(name, keep_alive))
     except EngineError as exc:
         raise engine_error(exc) from exc
+    request[RECORD].load_s = time.perf_counter() - started
+    return held
 
 
 def limits_for(request: web.Request, client: EngineClient | None, projector: bool) -> Limits:

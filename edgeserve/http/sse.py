@@ -1,4 +1,5 @@
-"""Server-sent events on aiohttp's StreamResponse: headers, one write per event, pings."""
+"""Server-sent events on aiohttp's StreamResponse: headers, one write per event, pings; or
+newline-delimited JSON (Ollama's streams), framed the same way without pings."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from types import TracebackType
 
 from aiohttp import web
 
+from edgeserve.api.common.call import Framing
 from edgeserve.api.common.openai_render import ping_comment
 from edgeserve.http.middlewares import prepare_stream_headers
 
@@ -25,16 +27,29 @@ SSE_HEADERS = {
 (as uvicorn rewrites it), since aiohttp then closes the connection after the stream."""
 
 
+NDJSON_TYPE = "application/x-ndjson"
+"""Ollama's stream type: one JSON object per line."""
+
+
 class EventStream:
-    """An open SSE response. Writes are serialised so pings never split an event.
+    """An open SSE (or NDJSON) response. Writes are serialised so pings never split an event.
 
     A client that went away makes `send` return False instead of raising; the caller then
-    stops producing (and the engine request is aborted by its context manager).
+    stops producing (and the engine request is aborted by its context manager). An NDJSON
+    stream has no pings: every line its reader gets must be a JSON object.
     """
 
-    def __init__(self, request: web.Request, ping_interval: float) -> None:
+    def __init__(
+        self,
+        request: web.Request,
+        ping_interval: float,
+        framing: Framing = "sse",
+    ) -> None:
         self._request = request
         headers = dict(SSE_HEADERS)
+        if framing == "ndjson":
+            headers["Content-Type"] = NDJSON_TYPE
+            ping_interval = 0.0
         if not request.keep_alive:
             headers["Connection"] = "close"
         self._response = web.StreamResponse(status=200, headers=headers)

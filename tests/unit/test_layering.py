@@ -17,6 +17,7 @@ API_PACKAGES = (
     "anthropic_messages",
     "embeddings",
     "models",
+    "ollama",
     "openai_chat",
     "openai_completions",
     "openai_responses",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -39,6 +39,8 @@ class RequestRecord:
     """
 
     request_id: str
+    started: float = field(default_factory=time.perf_counter)  # when the request came in
+    load_s: float = 0.0  # how long it waited for its model to load
     prompt_tokens: int | None = None
     cached_tokens: int = 0
     completion_tokens: int | None = None
@@ -136,13 +138,23 @@ async def deadline_errors(limit: asyncio.Timeout, timeout_s: float) -> AsyncIter
 Unary = Callable[[Call], Awaitable[bytes]]
 """An endpoint that answers one JSON body."""
 
+Framing = Literal["sse", "ndjson"]
+"""How a generating API's stream is framed: server-sent events, or one JSON object per line."""
+
+ModelNames = Callable[[Any, Collection[str]], str]
+"""How an API reads the model its body names, given every name the server serves: the name to
+hold (an ApiError when it names none). Without one, the name is taken as given, and with one
+model any name is that model."""
+
 
 @dataclass(frozen=True)
 class Route:
     """One endpoint of an API: a method, a path, and either a `Unary` function or a
     `GenerationApi`."""
 
-    method: Literal["GET", "POST"]
+    method: Literal["GET", "POST", "DELETE"]
     path: str
     endpoint: Unary | GenerationApi[Any, Any]
     uses_model: bool = True  # runs on the model the request names (False: on none)
+    names: ModelNames | None = None  # the API's own reading of model names
+    streams: Framing = "sse"

@@ -10,6 +10,7 @@ from typing import Any
 
 from edgeserve import errors, grammars
 from edgeserve.api.common.media import PendingTurn, flatten, read_turns, taken_media
+from edgeserve.api.common.output_grammar import json_answer_grammar
 from edgeserve.api.common.sampling import MAX_TOP_LOGPROBS, check_range, sampling_params
 from edgeserve.api.common.wire import MultimodalInputItem, Role
 from edgeserve.api.openai_chat.wire import (
@@ -169,18 +170,10 @@ def _grammar(
         return GrammarSpec("gbnf", _tool_call_grammar(forced))
     if _format_kind(req) == "text":
         return None
-    if schema is None:
-        answer, text = GrammarSpec("json_object"), grammars.ANY_JSON_OBJECT
-    else:
-        try:
-            text = grammars.schema_grammar(schema)
-        except grammars.GrammarError as exc:
-            raise bad(Detail.JSON_SCHEMA_UNUSABLE.format(error=exc)) from exc
-        check_unicode([("response_format", text)])
-        answer = GrammarSpec("gbnf", text)
-    if not tool_calls_wanted(req):
-        return answer
-    return GrammarSpec("gbnf", grammars.either([_tool_call_grammar(_functions(req)), text]))
+    tools = [(f.name, f.parameters) for f in _functions(req)] if tool_calls_wanted(req) else []
+    return json_answer_grammar(
+        schema, tools, unusable=Detail.JSON_SCHEMA_UNUSABLE, field="response_format"
+    )
 
 
 def _tool_call_grammar(functions: list[FunctionDefinition]) -> str:

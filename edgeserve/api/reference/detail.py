@@ -324,6 +324,42 @@ class Detail:
         "Loading and unloading LoRA adapters at run time is off; start the server with "
         "--allow-runtime-lora."
     )
+    OLLAMA_MODEL_REQUIRED = "model is required"
+    OLLAMA_MODEL_NOT_FOUND = "model '{name}' not found"
+    OLLAMA_OPTION_TYPE = 'option "{name}" must be of type {kind}'
+    OLLAMA_NUM_CTX_TOO_LARGE = (
+        'option "num_ctx" is {value}, more than the {n_ctx} tokens of context this model is '
+        "loaded with (--ctx-size); ask for {n_ctx} or less, or leave num_ctx out."
+    )
+    OLLAMA_NO_THINKING = "{model} does not support thinking"
+    OLLAMA_FORMAT_INVALID = 'invalid format: {value}; expected "json" or a valid JSON Schema object'
+    OLLAMA_FORMAT_UNUSABLE = (
+        '"format" cannot be turned into a grammar: {error}; simplify the schema, or use "json".'
+    )
+    OLLAMA_SUFFIX_UNSUPPORTED = (
+        '"suffix" is not supported: this server does no fill-in-the-middle; leave it out.'
+    )
+    OLLAMA_TEMPLATE_UNSUPPORTED = (
+        '"template" is not supported: prompts are rendered with the model\'s chat template '
+        '(GGUF or --chat-template); leave it out, or send "raw": true with the prompt as text.'
+    )
+    OLLAMA_CONTEXT_UNSUPPORTED = (
+        '"context" is not supported: this server keeps no token context between requests and '
+        "sends none; send the whole conversation to /api/chat instead."
+    )
+    OLLAMA_RAW_WITH_EXTRAS = (
+        '"raw" does not take "system" or "images" here: a raw prompt is text, sent as it is; '
+        'leave them out, or leave "raw" out.'
+    )
+    OLLAMA_NO_TURNS = '"messages" holds only system messages; add a user message.'
+    OLLAMA_IMAGES_NOT_USER = (
+        "messages[{index}] is a {role} message with images; only user messages take images."
+    )
+    OLLAMA_NO_REGISTRY = (
+        "{path} is not supported: this server reaches no model registry. Its models are GGUF "
+        "files in its catalogue (--model, --models-dir, [models.NAME] tables in the config "
+        "file); GET /api/tags lists them."
+    )
     ENGINE_FAILED = "Internal Server Error"
     ENGINE_RESTARTED = (
         "The server's engine restarted after an internal error while running this request; "
