@@ -237,8 +237,11 @@ class Finished:
     stop_sequence: str | None = None
     drafted: int = 0  # tokens drafted by speculation for this choice, and how many were kept
     draft_accepted: int = 0
-    prompt_s: float = 0.0  # seconds from admission until the prompt was read (media included)
-    decode_s: float = 0.0  # seconds from then until this choice ended
+    # Seconds from admission until the prompt was read (media included), and from then until
+    # this choice ended: measurements, not part of what the event says (equal events of two
+    # runs compare equal).
+    prompt_s: float = field(default=0.0, compare=False)
+    decode_s: float = field(default=0.0, compare=False)
 
 
 @dataclass(frozen=True)
