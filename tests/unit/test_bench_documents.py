@@ -19,6 +19,7 @@ from bench.anchors import (
     EDGESERVE_BASELINE,
     LLAMA_SERVER,
     Server,
+    Servers,
     Setup,
     command,
 )
@@ -416,3 +417,24 @@ def test_the_workload_runs_by_default_and_has_its_switches(model: Path, tmp_path
     alone = Bench(parse_args(["--model", str(model), "--out", str(tmp_path), "--quick",
                               "--documents-only"]), None)  # fmt: skip
     assert (alone.only, alone.levels, alone.speed_models) == ("documents", [], [])
+
+
+def test_servers_and_their_help_never_import_the_bench_s_checkout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Started with PYTHONPATH=<checkout> (to run this bench), an edgeserve would import the
+    checkout's code instead of its own install's: both edgeserves would be the checkout."""
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    seen = tmp_path / "env"
+    script = tmp_path / "edgeserve"
+    script.write_text(
+        f'#!/bin/sh\necho "[$PYTHONPATH]" > {seen}\n'
+        '[ -z "$PYTHONPATH" ] && echo --prompt-cache-dir\n'
+    )
+    script.chmod(0o755)
+    setup = replace(bench_setup(tmp_path), edgeserve=script)
+    assert documents.missing_disk_tier(EDGESERVE, setup) is None
+    with Servers(setup) as servers:
+        server = servers.start(EDGESERVE, 1)
+        assert server.proc.wait(60) == 0
+    assert seen.read_text() == "[]\n"
