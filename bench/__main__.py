@@ -19,6 +19,8 @@ same adapters, requests under the three sets side by side (bench/lora.py; --lora
 that alone); last, the two models in one folder behind each edgeserve's catalogue and
 llama-server's router: cold switches, alternating streams, RSS with both loaded, and edgeserve
 within a one-model memory budget (bench/several_models.py; --models-only runs that alone);
+documents asked twice in turn, more than the KV holds, each edgeserve restarted on its disk
+tier, and the RSS after one chat at --parallel 1 (bench/documents.py; --documents-only);
 at the highest N, edgeserve takes the abuse case
 (bench/abuse.py) and a memory soak of short mixed requests. With --baseline, the
 previous edgeserve (`edgeserve-baseline`) runs every one of edgeserve's workloads beside it, and
@@ -39,11 +41,12 @@ import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench import (
     abuse,
     baseline,
+    documents,
     embeddings,
     grounded,
     images,
@@ -75,11 +78,12 @@ from bench.anchors import (
 from bench.models import MODEL_CACHE, SMOLLM2, ModelInfo, read_model, second_model
 
 MIB = 1024 * 1024
+T = TypeVar("T")
 # The long-context memory case: cells, and the --parallel values it runs at.
 LONG_CTX = 32768
 LONG_CTX_PARALLEL = (4, 1)
 # The workloads that can run alone, each with its --NAME-only switch.
-ONLY_WORKLOADS = ("images", "lora", "models")
+ONLY_WORKLOADS = ("images", "lora", "models", "documents")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -179,6 +183,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "one server; no load levels, no other workload)",
     )
     p.add_argument(
+        "--documents",
+        type=int,
+        help="documents workload: never-seen documents of ~1,500 tokens, each asked twice, 0 "
+        "skips it [6; quick 4]",
+    )
+    p.add_argument("--no-documents", action="store_true", help="skip the documents workload")
+    p.add_argument(
+        "--documents-only",
+        action="store_true",
+        help="run the documents workload alone (no load levels, no other workload)",
+    )
+    p.add_argument(
         "--sampled-temperature",
         type=float,
         default=0.7,
@@ -209,7 +225,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
              "conversations": (4, 2), "score_texts": (64, 8), "structured": (8, 4),
              "embed_texts": (64, 16), "soak_requests": (1000, 200),
              "grounded_rounds": (2, 1), "image_requests": (8, 3),
-             "lora_requests": (1, 1), "models_budget_requests": (50, 20)}  # fmt: skip
+             "lora_requests": (1, 1), "models_budget_requests": (50, 20),
+             "documents": (6, 4)}  # fmt: skip
     for name, (full, quick) in sizes.items():
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
@@ -229,7 +246,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--long-prompt-only and --no-long-prompt exclude each other")
     if args.models_only and args.no_models:
         p.error("--models-only and --no-models exclude each other")
-    alone = [f"--{name}-only" for name in ("images", "lora", "models", "long-prompt", "model2")
+    if args.documents_only and args.no_documents:
+        p.error("--documents-only and --no-documents exclude each other")
+    alone = [f"--{name}-only" for name in (*ONLY_WORKLOADS, "long-prompt", "model2")
              if getattr(args, f"{name.replace('-', '_')}_only")]  # fmt: skip
     if len(alone) > 1 and alone != ["--long-prompt-only", "--model2-only"]:
         p.error(f"{' and '.join(alone)} exclude each other")
@@ -240,6 +259,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"no model at --model2 {args.model2}")
     try:
         args.long_prompt_tokens = long_prompt.parse_sizes(args.long_prompt_tokens)
+        documents.check_count(args.documents)
     except ValueError as exc:
         p.error(str(exc))
     if args.mmproj is not None and not args.mmproj.is_file():
@@ -248,7 +268,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def only_workload(args: argparse.Namespace) -> str | None:
-    """The workload that runs alone (--images-only, --lora-only, --models-only), or None."""
+    """The workload that runs alone (--images-only, --lora-only, --models-only,
+    --documents-only), or None."""
     return next((name for name in ONLY_WORKLOADS if getattr(args, f"{name}_only")), None)
 
 
@@ -383,6 +404,8 @@ class Bench:
                     await self.images(servers)
                 if self.only in (None, "lora"):
                     await self.lora(servers)
+                if self.only in (None, "documents"):
+                    await self.documents(servers)
             if self.only in (None, "models"):
                 await self.several_models()
         self.results["elapsed_s"] = time.time() - self.started
@@ -468,6 +491,16 @@ class Bench:
                 return
             if time.monotonic() + 0.6 > deadline:
                 print(f"  the machine is busy (others use {other:.1f} cores); going on")
+
+    async def quiet_call(self, running: list[Server], label: str, call: Awaitable[T]) -> T:
+        """`call` awaited on a quiet machine (`wait_quiet`); `label` goes into the noisy runs
+        when other processes used more than a fifth of a core meanwhile."""
+        await self.wait_quiet(running)
+        meter, began = CpuMeter(running), time.perf_counter()
+        got = await call
+        if meter.other() > 0.2 * (time.perf_counter() - began):
+            self.results["noisy_runs"].append(label)
+        return got
 
     async def measured(
         self,
@@ -632,13 +665,9 @@ class Bench:
                 index = long_prompt.prompt_index(rnd, which)
                 shift = (rnd + which) % len(running)
                 for server in running[shift:] + running[:shift]:
-                    await self.wait_quiet(running)
-                    meter, began = CpuMeter(running), time.perf_counter()
-                    got = await long_prompt.first_token(server.url, server.kind, index, n, eog)
-                    if meter.other() > 0.2 * (time.perf_counter() - began):
-                        self.results["noisy_runs"].append(
-                            f"{model.tag}long prompt {server.kind} ~{size}#{rnd}"
-                        )
+                    label = f"{model.tag}long prompt {server.kind} ~{size}#{rnd}"
+                    call = long_prompt.first_token(server.url, server.kind, index, n, eog)
+                    got = await self.quiet_call(running, label, call)
                     streams[server.kind][size].append(got)
                     print(f"  {server.kind:18} ~{size} tokens round {rnd}: TTFT "
                           f"{(got.ttft or 0) * 1000:7.0f} ms ({got.prompt_tokens} prompt tokens)"
@@ -661,19 +690,16 @@ class Bench:
         kinds = [k for k in self.kinds if k != LCP_SERVER]
         for c in LONG_CTX_PARALLEL:
             print(f"long context {LONG_CTX}, --parallel {c}: RSS after one chat ...", flush=True)
-            running = [servers.start(k, c, ctx_args(k, LONG_CTX)) for k in kinds]
-            await asyncio.gather(*(servers.wait_ready(s) for s in running))
-            for server in running:
-                await load.warm_up(server.url, server.kind, self.args.prompt_words, self.eog)
-            await asyncio.sleep(1.0)
-            for server in running:
-                mem = server.rss()
-                self.results.setdefault("long_context", {})[f"{server.kind}@{c}"] = {
+            extra = functools.partial(ctx_args, n_ctx=LONG_CTX)
+            found = await load.rss_after_one_chat(
+                servers, kinds, c, extra, self.args.prompt_words, self.eog
+            )
+            for kind, mem in found.items():
+                self.results.setdefault("long_context", {})[f"{kind}@{c}"] = {
                     "rss": mem.get("VmRSS"),
                     "rss_peak": mem.get("VmHWM"),
                     "ctx": LONG_CTX,
                 }
-                servers.stop(server)
 
     async def embeddings(self, servers: Servers) -> None:
         """The edgeserves' /v1/embeddings and llama-server's (--embeddings, mean pooling) on
@@ -884,6 +910,23 @@ class Bench:
             for server in running.values():
                 servers.stop(server)
 
+    async def documents(self, servers: Servers) -> None:
+        """The documents workload (bench/documents.py): the edgeserves and llama-server at
+        --parallel 2 on documents asked twice in turn, more than the KV holds; each edgeserve
+        restarted on its disk tier between the passes; the RSS after one chat at --parallel 1.
+        A server that does not start shows n/a; a restart case it cannot run says why."""
+        a = self.args
+        if a.no_documents or a.documents <= 0 or EDGESERVE not in self.kinds:
+            return
+        kinds = [kind for kind in self.kinds if kind in documents.KINDS]
+        print(f"documents: {a.documents} of ~{documents.DOC_TOKENS} tokens, each asked twice, "
+              f"--parallel {documents.PARALLEL} --ctx-size {documents.CTX}: {', '.join(kinds)} "
+              "...", flush=True)  # fmt: skip
+        work = documents.Workload(servers, a.documents, self.eog, self.quiet_call)
+        running = await start_all(servers, kinds, documents.PARALLEL, documents.server_args,
+                                  work.warm_up, work.unsupported)  # fmt: skip
+        self.results["documents"] = await work.run(running)
+
     async def several_models(self) -> None:
         """The several-models workload (bench/several_models.py): the default and the second
         model in one folder behind each edgeserve's catalogue and llama-server's router,
@@ -1004,14 +1047,10 @@ class Bench:
         """Every model of `server` unloaded, then round `rnd`'s `which`-th short request, for
         `model_id`, on a quiet machine; its record."""
         await several_models.unload_all(server)
-        await self.wait_quiet(running)
-        meter, began = CpuMeter(running), time.perf_counter()
         index = several_models.cold_index(rnd, which)
-        got = await several_models.first_token(
-            server.url, server.kind, model_id, eog[model_id], index
-        )
-        if meter.other() > 0.2 * (time.perf_counter() - began):
-            self.results["noisy_runs"].append(f"models cold {server.kind} {model_id}#{rnd}")
+        label = f"models cold {server.kind} {model_id}#{rnd}"
+        call = several_models.first_token(server.url, server.kind, model_id, eog[model_id], index)
+        got = await self.quiet_call(running, label, call)
         print(f"  {server.kind:18} cold switch to {model_id} round {rnd}: TTFT "
               f"{(got.ttft or 0) * 1000:6.0f} ms"
               + (f", {got.error}" if got.error else ""), flush=True)  # fmt: skip

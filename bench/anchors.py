@@ -115,6 +115,13 @@ def ctx_args(kind: str, n_ctx: int) -> tuple[str, ...]:
     return (flag, str(n_ctx))
 
 
+def server_env() -> dict[str, str]:
+    """The environment a server (or its `--help`) runs in: this process's without PYTHONPATH,
+    so that each edgeserve imports its own install's code (the baseline's, the venv's), never
+    the checkout the bench was started from."""
+    return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+
+
 def health_path(kind: str) -> str:
     """A GET path that answers 200 once the model is loaded."""
     return "/v1/models" if kind == LCP_SERVER else "/health"
@@ -275,6 +282,7 @@ class Servers(AbstractContextManager["Servers"]):
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                env=server_env(),
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
             )

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import load
-from bench.anchors import EDGESERVE, EDGESERVES, LLAMA_SERVER, Setup
+from bench.anchors import EDGESERVE, EDGESERVES, LLAMA_SERVER, Setup, server_env
 
 WIDTH, HEIGHT = 640, 480
 # The photo sent beside a running text stream: a camera's size, decoded and encoded by the
@@ -123,7 +123,7 @@ def lacks_flag(kind: str, setup: Setup, offered: Callable[[str], bool], reason: 
     the failure when it cannot be read; None when it offers it."""
     cmd = help_command(kind, setup)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=server_env())
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{cmd[0]} --help failed: {exc}"
     return None if offered(proc.stdout + proc.stderr) else reason

@@ -15,13 +15,13 @@ import json
 import random
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import aiohttp
 
-from bench.anchors import LLAMA_SERVER
+from bench.anchors import LLAMA_SERVER, Servers
 
 TIMEOUT = aiohttp.ClientTimeout(total=900, sock_read=300)
 
@@ -273,6 +273,29 @@ async def warm_up(url: str, kind: str, prompt_words: int, eog_ids: Sequence[int]
     async with session() as http:
         messages = [{"role": "user", "content": prompt_text(0, prompt_words)}]
         return await stream_chat(http, url, chat_body(kind, messages, 4, eog_ids))
+
+
+async def rss_after_one_chat(
+    servers: Servers,
+    kinds: Sequence[str],
+    parallel: int,
+    extra: Callable[[str], tuple[str, ...]],
+    prompt_words: int,
+    eog_ids: Sequence[int],
+) -> dict[str, dict[str, int]]:
+    """Start each of `kinds` at once with `parallel` sequences and `extra(kind)` arguments, send
+    each one short chat (`warm_up`), wait a second, read each one's memory (`proc_status`:
+    VmRSS, VmHWM, ...) and stop it."""
+    running = [servers.start(kind, parallel, extra(kind)) for kind in kinds]
+    await asyncio.gather(*(servers.wait_ready(s) for s in running))
+    for server in running:
+        await warm_up(server.url, server.kind, prompt_words, eog_ids)
+    await asyncio.sleep(1.0)
+    found = {}
+    for server in running:
+        found[server.kind] = server.rss()
+        servers.stop(server)
+    return found
 
 
 @dataclass

@@ -6,8 +6,8 @@ better, higher where lower is better) by more than its noise, relative to the ba
 
 - where the bench measures a figure in rounds (the load runs, greedy and sampled, at each
   concurrency; embeddings; each grounded prompt; the images' requests; the LoRA loads; the
-  several-models runs and cold switches), the noise is the spread of those rounds: the larger
-  of the two servers' (max - min) / median over their rounds;
+  several-models runs and cold switches; the documents), the noise is the spread of those
+  rounds: the larger of the two servers' (max - min) / median over their rounds;
 - where it measures once (memory, idle CPU, multi-turn, scoring, structured output, soak,
   abuse) or has a single round, a fixed NOISE (5%);
 - counts that should stay 0 (streams cut short, invalid answers, unhealthy after abuse) regress
