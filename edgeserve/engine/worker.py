@@ -60,7 +60,8 @@ log = logging.getLogger("edgeserve.engine")
 # The scoring and embeddings contexts are freed after this long without a decode in them.
 SCORE_CONTEXT_IDLE_S = 30.0
 # The generation context's logit rows (a MiB each on a 262k vocabulary, up to one per sequence
-# and drafted token) go back to the system after this long without a step.
+# and drafted token) and compute buffer, and the C heap's free pages, go back to the system
+# after this long without a step.
 OUTPUT_PAGES_IDLE_S = 0.5
 # The requests of a burst reach an idle engine a few ms apart (each parsed, rendered and
 # tokenized in turn): it waits until none has moved on its way in for BURST_WINDOW_S, and at
@@ -331,7 +332,8 @@ class Engine:
     def housekeeping(self) -> None:
         """While idle (the thread calls it outside the inbox's lock): free the scoring and
         embeddings contexts once unused for SCORE_CONTEXT_IDLE_S, and hand the generation
-        context's logit rows back to the system OUTPUT_PAGES_IDLE_S after the last step."""
+        context's logit rows and compute buffer, and the heap's free pages, back to the system
+        OUTPUT_PAGES_IDLE_S after the last step."""
         stepper = self._ready()
         backend = stepper.state.backend
         now = time.monotonic()

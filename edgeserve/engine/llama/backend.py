@@ -22,7 +22,7 @@ from edgeserve.engine.llama.batch import TokenBatch
 from edgeserve.engine.llama.cells import CellLedger
 from edgeserve.engine.llama.draft_model import LlamaDraftContext
 from edgeserve.engine.llama.model import MAX_UBATCH, LoadedModel
-from edgeserve.engine.llama.pages import discard, logit_rows, resident
+from edgeserve.engine.llama.pages import discard, logit_rows, resident, trim_heap
 from edgeserve.engine.llama.projector import Projector
 from edgeserve.engine.llama.sampling import Sampler, grammar_sampler
 from edgeserve.engine.ports import DecodeLimits, MediaEmbeddings
@@ -334,11 +334,18 @@ class LlamaBackend:
         return self._output_pages
 
     def release_output_pages(self) -> None:
-        """Hand the generation context's logit rows back to the system while idle (CPU
-        builds only: a GPU build's buffer may be pinned for transfers)."""
+        """Hand the generation context's logit rows and compute buffer back to the system
+        while idle (CPU builds only: a GPU build's buffers may be pinned for transfers), and
+        the C heap's free pages: what the requests' Python objects and llama.cpp's per-step
+        allocations left free in every thread's malloc arena, which glibc keeps until it is
+        trimmed."""
         span = logit_rows(self.model.ctx, self._output_rows, self.n_vocab)
-        if span is not None and not self.gpu_offload:
-            discard(*span)
+        if not self.gpu_offload:
+            if span is not None:
+                discard(*span)
+            if self.model.scratch is not None:
+                self.model.scratch.discard()
+        trim_heap()
         self._output_pages = False
 
     def resident_output_pages(self) -> int:
