@@ -304,14 +304,23 @@ class Backend(KvCache, Protocol):
 
     @property
     def holds_output_pages(self) -> bool:
-        """True while the logit rows and compute buffer of a generation decode may be
-        resident."""
+        """True while the logit rows of a generation decode may be resident."""
         ...
 
     def release_output_pages(self) -> None:
-        """Hand the generation context's logit rows and compute buffer back to the system,
-        and the C heap's free pages (while idle: the next decode writes what it uses before
-        reading it)."""
+        """Hand the generation context's logit rows back to the system (while idle: the next
+        decode writes the rows it uses)."""
+        ...
+
+    @property
+    def holds_compute_pages(self) -> bool:
+        """True while pages of the generation context's compute buffer may be resident."""
+        ...
+
+    def release_compute_pages(self) -> None:
+        """Hand the generation context's compute buffer, and the C heap's free pages, back to
+        the system (while idle: the next decode writes what it uses of the buffer before
+        reading it, and faults its pages in again)."""
         ...
 
     def reset(self) -> None:

@@ -60,9 +60,13 @@ log = logging.getLogger("edgeserve.engine")
 # The scoring and embeddings contexts are freed after this long without a decode in them.
 SCORE_CONTEXT_IDLE_S = 30.0
 # The generation context's logit rows (a MiB each on a 262k vocabulary, up to one per sequence
-# and drafted token) and compute buffer, and the C heap's free pages, go back to the system
-# after this long without a step.
+# and drafted token) go back to the system after this long without a step.
 OUTPUT_PAGES_IDLE_S = 0.5
+# Its compute buffer (the pages of the largest step it ran: rows, a micro-batch's activations)
+# and the C heap's free pages go back after this long without a step: the next step faults in
+# the pages it touches again (~1,600 for a short chat request, ~7 ms on a VM), which a server
+# answering a conversation should not pay after every pause.
+COMPUTE_PAGES_IDLE_S = 30.0
 # The requests of a burst reach an idle engine a few ms apart (each parsed, rendered and
 # tokenized in turn): it waits until none has moved on its way in for BURST_WINDOW_S, and at
 # most BURST_MOST_S, so that their prompts share the first step instead of the late ones
@@ -332,8 +336,8 @@ class Engine:
     def housekeeping(self) -> None:
         """While idle (the thread calls it outside the inbox's lock): free the scoring and
         embeddings contexts once unused for SCORE_CONTEXT_IDLE_S, and hand the generation
-        context's logit rows and compute buffer, and the heap's free pages, back to the system
-        OUTPUT_PAGES_IDLE_S after the last step."""
+        context's logit rows back to the system OUTPUT_PAGES_IDLE_S after the last step, its
+        compute buffer and the heap's free pages COMPUTE_PAGES_IDLE_S after it."""
         stepper = self._ready()
         backend = stepper.state.backend
         now = time.monotonic()
@@ -341,11 +345,17 @@ class Engine:
             backend.release_score_context()
         if self._output_pages_due(stepper, now) == 0.0:
             backend.release_output_pages()
+        if self._compute_pages_due(stepper, now) == 0.0:
+            backend.release_compute_pages()
 
     def _housekeeping_due(self, stepper: Stepper) -> float | None:
         """Seconds until idle housekeeping is due (None: nothing to do)."""
         now = time.monotonic()
-        dues = [self._score_context_due(stepper, now), self._output_pages_due(stepper, now)]
+        dues = [
+            self._score_context_due(stepper, now),
+            self._output_pages_due(stepper, now),
+            self._compute_pages_due(stepper, now),
+        ]
         return min((due for due in dues if due is not None), default=None)
 
     def _score_context_due(self, stepper: Stepper, now: float) -> float | None:
@@ -357,6 +367,11 @@ class Engine:
         if not stepper.state.backend.holds_output_pages:
             return None
         return max(0.0, self._last_step + OUTPUT_PAGES_IDLE_S - now)
+
+    def _compute_pages_due(self, stepper: Stepper, now: float) -> float | None:
+        if not stepper.state.backend.holds_compute_pages:
+            return None
+        return max(0.0, self._last_step + COMPUTE_PAGES_IDLE_S - now)
 
     def _run(self) -> None:
         if not self.load():

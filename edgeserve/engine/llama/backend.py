@@ -110,6 +110,7 @@ class LlamaBackend:
         # (what llama.cpp's output buffer holds at least), and whether any may be resident.
         self._output_rows = 0
         self._output_pages = False
+        self._compute_pages = False  # whether a decode may have touched the compute buffer
 
     # ---- LoRA adapters ----------------------------------------------------------------------
 
@@ -134,15 +135,16 @@ class LlamaBackend:
         if rc == 0:
             lc.llama_synchronize(self.model.ctx)
             self._output_rows = max(self._output_rows, self.batch.outputs)
-            self._output_pages = True
+            self._output_pages = self._compute_pages = True
             for seq, pos, n in self.batch.runs:
                 self._cells.stored(seq, pos, n)
         return rc
 
     def time_steps(self, sizes: Sequence[int]) -> list[tuple[int, float]]:
         """Time a generation step of each of `sizes` logit rows in the empty context (one
-        untimed step first: the first decode pays for page faults), leaving it empty (see
-        Backend.time_steps)."""
+        untimed step first: the first decode pays for page faults), leaving it empty, with
+        the compute buffer's pages the steps touched handed back: a MiB of logits for each
+        row of the largest, which no request has asked for (see Backend.time_steps)."""
         timed: list[tuple[int, float]] = []
         memory = self.model.memory
         for i, rows in enumerate([sizes[0], *sizes]):
@@ -161,6 +163,7 @@ class LlamaBackend:
             if i:
                 timed.append((rows, seconds))
         self.batch.clear()
+        self.release_compute_pages()
         return timed
 
     def media_room(self, non_causal: bool) -> int:
@@ -191,6 +194,7 @@ class LlamaBackend:
             if rc == 0:
                 lc.llama_synchronize(ctx)
                 self._cells.stored(seq, start, n)
+                self._compute_pages = True
             return rc
         finally:
             lc.llama_batch_free(batch)
@@ -334,19 +338,27 @@ class LlamaBackend:
         return self._output_pages
 
     def release_output_pages(self) -> None:
-        """Hand the generation context's logit rows and compute buffer back to the system
-        while idle (CPU builds only: a GPU build's buffers may be pinned for transfers), and
-        the C heap's free pages: what the requests' Python objects and llama.cpp's per-step
-        allocations left free in every thread's malloc arena, which glibc keeps until it is
-        trimmed."""
+        """Hand the generation context's logit rows back to the system while idle (CPU
+        builds only: a GPU build's buffer may be pinned for transfers)."""
         span = logit_rows(self.model.ctx, self._output_rows, self.n_vocab)
-        if not self.gpu_offload:
-            if span is not None:
-                discard(*span)
-            if self.model.scratch is not None:
-                self.model.scratch.discard()
-        trim_heap()
+        if span is not None and not self.gpu_offload:
+            discard(*span)
         self._output_pages = False
+
+    @property
+    def holds_compute_pages(self) -> bool:
+        """True while pages of the generation context's compute buffer may be resident."""
+        return self._compute_pages
+
+    def release_compute_pages(self) -> None:
+        """Hand the generation context's compute buffer back to the system while idle (CPU
+        builds only, as the logit rows), and the C heap's free pages: what requests' Python
+        objects and llama.cpp's allocations left free in each thread's malloc arena, which
+        glibc keeps until it is trimmed."""
+        if self.model.scratch is not None and not self.gpu_offload:
+            self.model.scratch.discard()
+        trim_heap()
+        self._compute_pages = False
 
     def resident_output_pages(self) -> int:
         """Resident pages of the generation context's logit rows (for tests)."""
@@ -359,7 +371,7 @@ class LlamaBackend:
         """A fresh generation context in place of a broken one."""
         self._cells.clear()
         self._output_rows = 0
-        self._output_pages = False
+        self._output_pages = self._compute_pages = False
         self.model.recreate_context()
 
     def close(self) -> None:
