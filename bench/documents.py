@@ -136,9 +136,7 @@ class Workload:
     """One run of the workload on `servers` (the bench's `Servers`): `count` documents, the
     model's `eog_ids` banned, each request on a quiet machine (`quiet`)."""
 
-    def __init__(
-        self, servers: Servers, count: int, eog_ids: Sequence[int], quiet: Quiet
-    ) -> None:
+    def __init__(self, servers: Servers, count: int, eog_ids: Sequence[int], quiet: Quiet) -> None:
         self.servers = servers
         self.count = count
         self.eog_ids = tuple(eog_ids)

@@ -325,6 +325,17 @@ class Backend(KvCache, Protocol):
         decode writes the rows it uses)."""
         ...
 
+    @property
+    def holds_compute_pages(self) -> bool:
+        """True while pages of the generation context's compute buffer may be resident."""
+        ...
+
+    def release_compute_pages(self) -> None:
+        """Hand the generation context's compute buffer, and the C heap's free pages, back to
+        the system (while idle: the next decode writes what it uses of the buffer before
+        reading it, and faults its pages in again)."""
+        ...
+
     def reset(self) -> None:
         """Make a fresh generation context (after a broken decode); every sequence is empty."""
         ...

@@ -62,6 +62,11 @@ SCORE_CONTEXT_IDLE_S = 30.0
 # The generation context's logit rows (a MiB each on a 262k vocabulary, up to one per sequence
 # and drafted token) go back to the system after this long without a step.
 OUTPUT_PAGES_IDLE_S = 0.5
+# Its compute buffer (the pages of the largest step it ran: rows, a micro-batch's activations)
+# and the C heap's free pages go back after this long without a step: the next step faults in
+# the pages it touches again (~1,600 for a short chat request, ~7 ms on a VM), which a server
+# answering a conversation should not pay after every pause.
+COMPUTE_PAGES_IDLE_S = 30.0
 # The requests of a burst reach an idle engine a few ms apart (each parsed, rendered and
 # tokenized in turn): it waits until none has moved on its way in for BURST_WINDOW_S, and at
 # most BURST_MOST_S, so that their prompts share the first step instead of the late ones
@@ -331,10 +336,11 @@ class Engine:
     def housekeeping(self) -> None:
         """While idle (the thread calls it outside the inbox's lock): free the scoring and
         embeddings contexts once unused for SCORE_CONTEXT_IDLE_S, hand the generation
-        context's logit rows back to the system OUTPUT_PAGES_IDLE_S after the last step, and
-        store what free sequences hold in the prompt cache's tiers (so that a later request
-        that needs their cells does not wait for the copy, and the disk tier has it should the
-        process die)."""
+        context's logit rows back to the system OUTPUT_PAGES_IDLE_S after the last step, its
+        compute buffer and the heap's free pages COMPUTE_PAGES_IDLE_S after it, and store what
+        free sequences hold in the prompt cache's tiers (so that a later request that needs
+        their cells does not wait for the copy, and the disk tier has it should the process
+        die)."""
         stepper = self._ready()
         backend = stepper.state.backend
         now = time.monotonic()
@@ -345,6 +351,8 @@ class Engine:
         if stepper.state.scheduler.unstored():
             stepper.state.scheduler.spill_free()
             stepper.publish()
+        if self._compute_pages_due(stepper, now) == 0.0:
+            backend.release_compute_pages()
 
     def _housekeeping_due(self, stepper: Stepper) -> float | None:
         """Seconds until idle housekeeping is due (None: nothing to do)."""
@@ -352,6 +360,7 @@ class Engine:
         dues = [
             self._score_context_due(stepper, now),
             self._output_pages_due(stepper, now),
+            self._compute_pages_due(stepper, now),
             0.0 if stepper.state.scheduler.unstored() else None,
         ]
         return min((due for due in dues if due is not None), default=None)
@@ -365,6 +374,11 @@ class Engine:
         if not stepper.state.backend.holds_output_pages:
             return None
         return max(0.0, self._last_step + OUTPUT_PAGES_IDLE_S - now)
+
+    def _compute_pages_due(self, stepper: Stepper, now: float) -> float | None:
+        if not stepper.state.backend.holds_compute_pages:
+            return None
+        return max(0.0, self._last_step + COMPUTE_PAGES_IDLE_S - now)
 
     def _run(self) -> None:
         if not self.load():

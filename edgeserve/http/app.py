@@ -1,30 +1,31 @@
 """The aiohttp application factory: each API package's routes mounted on the one generation
 path (generating APIs) or a plain JSON handler; Anthropic's as a sub-application whose errors
 have Anthropic's shape, Ollama's (under /api, which a --root-path may also be) with Ollama's
-error shape by path."""
+error shape by path.
+
+The model list, chat and Anthropic's Messages load with the app; the other APIs' packages
+(their wire models, checks and rendering) are imported by their first request (`LazyApi`), so
+a server that never serves them does not hold them."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from importlib import import_module
+from typing import Literal
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from edgeserve.api.anthropic_messages import routes as anthropic_messages
 from edgeserve.api.common.call import Route
-from edgeserve.api.embeddings import routes as embeddings
-from edgeserve.api.lora_adapters import routes as lora_adapters
 from edgeserve.api.models import routes as models
 from edgeserve.api.ollama import routes as ollama
 from edgeserve.api.openai_chat import routes as openai_chat
-from edgeserve.api.openai_completions import routes as openai_completions
-from edgeserve.api.openai_responses import routes as openai_responses
 from edgeserve.api.reference.limits import Limits
-from edgeserve.api.score import routes as score
-from edgeserve.api.tokenize import routes as tokenize
 from edgeserve.catalogue.fleet import Fleet
 from edgeserve.config import Settings
 from edgeserve.engine.client import EngineClient
@@ -46,17 +47,37 @@ from edgeserve.http.operations import health, prometheus_metrics
 from edgeserve.http.request import call_for
 from edgeserve.metrics import Metrics
 
-API_ROUTES: tuple[Route, ...] = (
-    *models.ROUTES,
-    *openai_chat.ROUTES,
-    *openai_completions.ROUTES,
-    *openai_responses.ROUTES,
-    *score.ROUTES,
-    *embeddings.ROUTES,
-    *tokenize.ROUTES,
-    *lora_adapters.ROUTES,
+API_ROUTES: tuple[Route, ...] = (*models.ROUTES, *openai_chat.ROUTES)
+"""The APIs, of those whose errors have the reference's shape, that load with the app."""
+
+Method = Literal["GET", "POST"]
+
+
+@dataclass(frozen=True)
+class LazyApi:
+    """An API whose package is imported by its first request: its routes module, and the
+    method and path of each route it declares (mounted at start; tests/unit/test_import_seams.py
+    checks them against the module's ROUTES)."""
+
+    module: str
+    paths: tuple[tuple[Method, str], ...]
+
+
+LAZY_APIS = (
+    LazyApi("edgeserve.api.openai_completions.routes", (("POST", "/v1/completions"),)),
+    LazyApi("edgeserve.api.openai_responses.routes", (("POST", "/v1/responses"),)),
+    LazyApi("edgeserve.api.score.routes", (("POST", "/v1/score/evaluation"),)),
+    LazyApi("edgeserve.api.embeddings.routes", (("POST", "/v1/embeddings"),)),
+    LazyApi(
+        "edgeserve.api.tokenize.routes",
+        (("POST", "/tokenize"), ("POST", "/detokenize"), ("GET", "/tokenizer_info")),
+    ),
+    LazyApi(
+        "edgeserve.api.lora_adapters.routes",
+        (("POST", "/v1/load_lora_adapter"), ("POST", "/v1/unload_lora_adapter")),
+    ),
 )
-"""The APIs whose errors have the reference's shape."""
+"""The other APIs whose errors have the reference's shape (~2 MiB of memory together)."""
 
 ANTHROPIC_PREFIX = "/v1/messages"
 
@@ -110,6 +131,7 @@ def create_app(
     page = {} if settings.no_webui else chat_page.load_assets()
     for prefix in [""] + ([settings.root_path] if settings.root_path else []):
         _add_routes(app, prefix, API_ROUTES, paths)
+        _add_lazy_routes(app, prefix, LAZY_APIS, paths)
         if page:
             paths.update(chat_page.add_routes(app.router, prefix, page))
         app.router.add_get(prefix + "/health", health, allow_head=False)
@@ -157,12 +179,40 @@ def _add_routes(
     app: web.Application, prefix: str, routes: Sequence[Route], paths: set[str]
 ) -> None:
     for route in routes:
-        path = prefix + route.path
-        if route.method == "GET":
-            app.router.add_get(path, _handler(route), allow_head=False)
-        else:
-            app.router.add_route(route.method, path, _handler(route))
-        paths.add(path)
+        _mount(app, route.method, prefix + route.path, _handler(route))
+        paths.add(prefix + route.path)
+
+
+def _add_lazy_routes(
+    app: web.Application, prefix: str, apis: Sequence[LazyApi], paths: set[str]
+) -> None:
+    for api in apis:
+        for method, path in api.paths:
+            _mount(app, method, prefix + path, _lazy_handler(api.module, method, path))
+            paths.add(prefix + path)
+
+
+def _mount(app: web.Application, method: Method, path: str, handler: Handler) -> None:
+    if method == "GET":
+        app.router.add_get(path, handler, allow_head=False)
+    else:
+        app.router.add_route(method, path, handler)
+
+
+def _lazy_handler(module: str, method: Method, path: str) -> Handler:
+    """The handler of `module`'s route at `method` `path`, made by its first request, which
+    imports the module on a worker thread (the event loop serves the others meanwhile; two
+    first requests at once both wait for the one import)."""
+    handler: Handler | None = None
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        nonlocal handler
+        if handler is None:
+            routes = (await asyncio.to_thread(import_module, module)).ROUTES
+            handler = _handler(next(r for r in routes if (r.method, r.path) == (method, path)))
+        return await handler(request)
+
+    return handle
 
 
 def _handler(route: Route) -> Handler:

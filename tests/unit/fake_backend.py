@@ -452,6 +452,11 @@ class FakeBackend:
     def release_output_pages(self) -> None:
         return
 
+    holds_compute_pages = False
+
+    def release_compute_pages(self) -> None:
+        return
+
     def reset(self) -> None:
         self.resets += 1
         self._seqs = {s: [] for s in range(self.n_seq)}

@@ -1,6 +1,8 @@
 """pages.release_cleared: the pages of a zeroed host buffer (a new context's KV cache) are
-handed back and it still reads zeros; nothing else is touched. Real glibc buffers, real
-madvise and mincore (Linux only)."""
+handed back and it still reads zeros; nothing else is touched. pages.find_scratch and
+ScratchBuffer: a new context's compute buffer is told from its KV caches, and its pages go
+while idle unless it may have moved. Real glibc buffers, real madvise and mincore (Linux
+only)."""
 
 from __future__ import annotations
 
@@ -8,12 +10,14 @@ import ctypes
 import mmap
 import multiprocessing
 import sys
+import threading
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from edgeserve.engine.llama import pages
+from edgeserve.engine.llama import native_log, pages
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="madvise, mincore and /proc/self/maps are Linux's"
@@ -100,3 +104,48 @@ def test_new_parts_are_what_no_earlier_range_covers():
     assert list(pages._new_parts([(150, 350)], before)) == [(200, 300)]
     assert list(pages._new_parts([(100, 200)], before)) == []
     assert list(pages._new_parts([(500, 600)], before)) == [(500, 600)]
+
+
+def test_a_compute_buffer_is_found_among_new_buffers_and_its_pages_go_while_idle():
+    in_a_fresh_process(_compute_buffer_found_and_dropped)
+
+
+def _compute_buffer_found_and_dropped(buffers: list[int]) -> None:
+    kv_size = SIZE + 4 * 2**20
+    allocate(buffers, SIZE, 1)  # before the context: not its compute buffer
+    before = pages.anonymous_ranges()
+    kv = allocate(buffers, kv_size, 0)
+    address = allocate(buffers, SIZE, 1)  # the steps wrote it
+    scratch = pages.find_scratch(before, [SIZE], [kv_size])
+    assert scratch is not None
+    assert scratch.address < address < scratch.address + mmap.PAGESIZE
+    assert scratch.resident() >= SIZE // PAGE - 1
+    other = threading.Thread(target=native_log._on_compute_buffer, args=(SIZE,))
+    other.start()  # another engine thread's reserve, in a context of its own
+    other.join()
+    assert scratch.discard()
+    assert scratch.resident() <= 1, "all but glibc's header page"
+    assert pages.resident(kv, kv_size) >= kv_size // PAGE - 1, "the KV cache stays"
+    ctypes.memset(address, 5, 3 * PAGE)  # the next step writes before it reads
+    assert contents(address, 3 * PAGE).min() == 5
+    assert pages.find_scratch(before, [kv_size], [kv_size]) is None, "a KV cache's size"
+
+
+def test_a_compute_buffer_that_may_have_moved_is_left_alone():
+    in_a_fresh_process(_moved_compute_buffer_left_alone)
+
+
+def _moved_compute_buffer_left_alone(buffers: list[int]) -> None:
+    before = pages.anonymous_ranges()
+    address = allocate(buffers, SIZE, 1)
+    scratch = pages.find_scratch(before, [SIZE], [])
+    assert scratch is not None
+    native_log._on_compute_buffer(SIZE)  # llama.cpp reserved one on a decode
+    assert not scratch.discard()
+    assert pages.resident(address, SIZE) >= SIZE // PAGE - 1
+    reserves = native_log.late_reserves(scratch.thread)
+    moved = replace(scratch, length=scratch.length + PAGE, reserves=reserves)
+    assert not moved.discard(), "another chunk at its address"
+    assert pages.resident(address, SIZE) >= SIZE // PAGE - 1
+    LIBC.free(ctypes.c_void_p(buffers.pop()))
+    assert not replace(scratch, reserves=reserves).discard(), "unmapped"

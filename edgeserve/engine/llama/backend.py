@@ -23,7 +23,7 @@ from edgeserve.engine.llama.batch import TokenBatch
 from edgeserve.engine.llama.cells import CellLedger
 from edgeserve.engine.llama.draft_model import LlamaDraftContext
 from edgeserve.engine.llama.model import MAX_UBATCH, LoadedModel
-from edgeserve.engine.llama.pages import discard, logit_rows, resident
+from edgeserve.engine.llama.pages import discard, logit_rows, resident, trim_heap
 from edgeserve.engine.llama.projector import Projector
 from edgeserve.engine.llama.sampling import Sampler, grammar_sampler
 from edgeserve.engine.ports import DecodeLimits, MediaEmbeddings
@@ -112,6 +112,7 @@ class LlamaBackend:
         # (what llama.cpp's output buffer holds at least), and whether any may be resident.
         self._output_rows = 0
         self._output_pages = False
+        self._compute_pages = False  # whether a decode may have touched the compute buffer
 
     # ---- LoRA adapters ----------------------------------------------------------------------
 
@@ -136,15 +137,16 @@ class LlamaBackend:
         if rc == 0:
             lc.llama_synchronize(self.model.ctx)
             self._output_rows = max(self._output_rows, self.batch.outputs)
-            self._output_pages = True
+            self._output_pages = self._compute_pages = True
             for seq, pos, n in self.batch.runs:
                 self._cells.stored(seq, pos, n)
         return rc
 
     def time_steps(self, sizes: Sequence[int]) -> list[tuple[int, float]]:
         """Time a generation step of each of `sizes` logit rows in the empty context (one
-        untimed step first: the first decode pays for page faults), leaving it empty (see
-        Backend.time_steps)."""
+        untimed step first: the first decode pays for page faults), leaving it empty, with
+        the compute buffer's pages the steps touched handed back: a MiB of logits for each
+        row of the largest, which no request has asked for (see Backend.time_steps)."""
         timed: list[tuple[int, float]] = []
         memory = self.model.memory
         for i, rows in enumerate([sizes[0], *sizes]):
@@ -163,6 +165,7 @@ class LlamaBackend:
             if i:
                 timed.append((rows, seconds))
         self.batch.clear()
+        self.release_compute_pages()
         return timed
 
     def media_room(self, non_causal: bool) -> int:
@@ -193,6 +196,7 @@ class LlamaBackend:
             if rc == 0:
                 lc.llama_synchronize(ctx)
                 self._cells.stored(seq, start, n)
+                self._compute_pages = True
             return rc
         finally:
             lc.llama_batch_free(batch)
@@ -354,6 +358,21 @@ class LlamaBackend:
             discard(*span)
         self._output_pages = False
 
+    @property
+    def holds_compute_pages(self) -> bool:
+        """True while pages of the generation context's compute buffer may be resident."""
+        return self._compute_pages
+
+    def release_compute_pages(self) -> None:
+        """Hand the generation context's compute buffer back to the system while idle (CPU
+        builds only, as the logit rows), and the C heap's free pages: what requests' Python
+        objects and llama.cpp's allocations left free in each thread's malloc arena, which
+        glibc keeps until it is trimmed."""
+        if self.model.scratch is not None and not self.gpu_offload:
+            self.model.scratch.discard()
+        trim_heap()
+        self._compute_pages = False
+
     def resident_output_pages(self) -> int:
         """Resident pages of the generation context's logit rows (for tests)."""
         span = logit_rows(self.model.ctx, self._output_rows, self.n_vocab)
@@ -365,7 +384,7 @@ class LlamaBackend:
         """A fresh generation context in place of a broken one."""
         self._cells.clear()
         self._output_rows = 0
-        self._output_pages = False
+        self._output_pages = self._compute_pages = False
         self.model.recreate_context()
 
     def close(self) -> None:

@@ -24,7 +24,12 @@ from edgeserve.engine.llama.native_log import (
     init_backend,
     native_complaints,
 )
-from edgeserve.engine.llama.pages import map_large_allocations, new_context, trim_heap
+from edgeserve.engine.llama.pages import (
+    ScratchBuffer,
+    map_large_allocations,
+    new_context,
+    trim_heap,
+)
 from edgeserve.engine.llama.vocab import Vocabulary
 from edgeserve.engine.ports import DecodeLimits, EmbedSpan
 from edgeserve.engine.types import AdapterSet, EngineConfig
@@ -118,6 +123,8 @@ class LoadedModel(Vocabulary):
         # (address, bytes) of the generation context's KV cache in host memory (see
         # pages.new_context), for tests that check how much of it is resident.
         self.kv_pages: list[tuple[int, int]] = []
+        # The generation context's compute buffer, handed back while idle (None: not found).
+        self.scratch: ScratchBuffer | None = None
         self._stack.callback(self._free_contexts)
         self._open(pooling)
         self.gpu_offload = bool(lc.llama_supports_gpu_offload())
@@ -182,7 +189,7 @@ class LoadedModel(Vocabulary):
             )
             cparams.swa_full = not self.window_sized
         with native_complaints() as complaints, flash_attention() as fa:
-            ctx, self.kv_pages = new_context(self.model, cparams)
+            ctx, self.kv_pages, self.scratch = new_context(self.model, cparams)
         if not ctx:
             raise ModelLoadError(self._context_failure(complaints))
         self.flash_attn = fa.on
@@ -346,7 +353,7 @@ class LoadedModel(Vocabulary):
             rows = self.limits.score_rows
             cparams = self._context_params(n_seq=1, n_batch=rows, n_outputs=rows)
             _as_reference(cparams)
-            ctx, _ = new_context(self.model, cparams)
+            ctx, _, _ = new_context(self.model, cparams)
             if not ctx:
                 raise RuntimeError("llama.cpp could not create the scoring context")
             self._score_ctx = (ctx, lc.llama_get_memory(ctx))
@@ -394,7 +401,7 @@ class LoadedModel(Vocabulary):
         return self._embeddings
 
     def _embeddings_context(self, cparams: Any) -> Any:
-        ctx, _ = new_context(self.model, cparams)
+        ctx, _, _ = new_context(self.model, cparams)
         if not ctx:
             raise RuntimeError("llama.cpp could not create the embeddings context")
         return ctx

@@ -7,8 +7,9 @@ import contextlib
 import ctypes
 import logging
 import re
+import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import llama_cpp as lc
@@ -20,9 +21,14 @@ _LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ER
 # While a model loads, llama.cpp's errors are collected here (not logged) so that a failed load
 # is reported as one line that includes llama.cpp's own first complaint.
 _load_errors: list[str] | None = None
-# While a context is made, the sizes of the KV buffers llama.cpp allocates in host memory.
-_kv_sizes: list[int] | None = None
+# While a context is made, the sizes of the buffers llama.cpp allocates in host memory.
+_host_buffers: HostBuffers | None = None
 _KV_BUFFER = re.compile(r"\bCPU KV buffer size =\s*([\d.]+) MiB")
+_COMPUTE_BUFFER = re.compile(r"\bCPU compute buffer size =\s*([\d.]+) MiB")
+# Compute buffers llama.cpp reserved outside the making of a context (on a decode after a
+# context's LoRA adapters changed), by the thread that called it: each may have moved the
+# compute buffer of a context that thread decodes in.
+_late_reserves: dict[int, int] = {}
 # While a context is made, what llama.cpp says of its flash attention: the type it is made with
 # ("flash_attn = auto|enabled|disabled"), then, for auto, what the backend resolved it to
 # ("Flash Attention enabled", "Flash Attention not supported, set to disabled").
@@ -37,14 +43,35 @@ def _on_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
     """Route llama.cpp's own log lines into the `edgeserve.llama` logger."""
     py_level = _LEVELS.get(level, logging.DEBUG)
     line = text.decode("utf-8", "replace").rstrip()
-    if _kv_sizes is not None and (match := _KV_BUFFER.search(line)):
-        _kv_sizes.append(round(float(match[1]) * 2**20))
+    if match := _KV_BUFFER.search(line):
+        if _host_buffers is not None:
+            _host_buffers.kv.append(_bytes(match[1]))
+    elif match := _COMPUTE_BUFFER.search(line):
+        _on_compute_buffer(_bytes(match[1]))
     if _flash_attn_words is not None and (match := _FLASH_ATTN.search(line)):
         _flash_attn_words.append(match[1] or match[2])
     if _load_errors is not None and py_level >= logging.ERROR:
         _load_errors.append(line)
     elif _llama_log.isEnabledFor(py_level):
         _llama_log.log(py_level, "%s", line)
+
+
+def _bytes(mib: str) -> int:
+    return round(float(mib) * 2**20)
+
+
+def _on_compute_buffer(size: int) -> None:
+    if _host_buffers is not None:
+        _host_buffers.compute.append(size)
+    else:
+        thread = threading.get_ident()
+        _late_reserves[thread] = _late_reserves.get(thread, 0) + 1
+
+
+def late_reserves(thread: int) -> int:
+    """How many compute buffers llama.cpp has reserved outside `host_buffers` blocks on
+    `thread` (a `threading.get_ident()`)."""
+    return _late_reserves.get(thread, 0)
 
 
 def native_log_callback() -> Any:
@@ -82,16 +109,25 @@ def first_complaint(complaints: list[str]) -> str:
     return complaints[0].split(": ", 1)[-1] if complaints else "unknown error"
 
 
+@dataclass
+class HostBuffers:
+    """The byte sizes of the buffers llama.cpp allocated in host memory while a block made a
+    context, from its log: its KV caches and its compute buffer (see pages.new_context)."""
+
+    kv: list[int] = field(default_factory=list)
+    compute: list[int] = field(default_factory=list)
+
+
 @contextlib.contextmanager
-def host_kv_buffers() -> Iterator[list[int]]:
-    """Collect the byte sizes of the KV buffers llama.cpp allocates in host memory while the
-    block makes a context (from its log; see pages.release_cleared)."""
-    global _kv_sizes
-    _kv_sizes = sizes = []
+def host_buffers() -> Iterator[HostBuffers]:
+    """Collect the sizes of the host buffers llama.cpp allocates while the block makes a
+    context."""
+    global _host_buffers
+    _host_buffers = found = HostBuffers()
     try:
-        yield sizes
+        yield found
     finally:
-        _kv_sizes = None
+        _host_buffers = None
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Handing memory back to the system: pages llama.cpp keeps allocated but rewrites before it
-reads them again (a context's logit rows), the KV cache's pages it zeroed when it made a
-context, and the C heap's free pages."""
+reads them again (a context's logit rows and compute buffer), the KV cache's pages it zeroed
+when it made a context, and the C heap's free pages."""
 
 from __future__ import annotations
 
@@ -8,13 +8,15 @@ import ctypes
 import logging
 import mmap
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import llama_cpp as lc
 import numpy as np
 
-from edgeserve.engine.llama.native_log import host_kv_buffers
+from edgeserve.engine.llama import native_log
 
 log = logging.getLogger("edgeserve.engine")
 
@@ -95,6 +97,27 @@ def _new_parts(ranges: list[tuple[int, int]], before: list[tuple[int, int]]):
             yield start, end
 
 
+def _mapped_chunks(ranges: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+    """(address, length) of each chunk glibc mmap'd for a large allocation within `ranges`:
+    each begins on a page with glibc's size word (IS_MMAPPED set, a length in whole pages)."""
+    page = mmap.PAGESIZE
+    for start, end in ranges:
+        address = start
+        while address + page <= end:
+            word = ctypes.c_uint64.from_address(address + 8).value
+            length = word & ~7
+            if not word & IS_MMAPPED or length % page or not 0 < length <= end - address:
+                address += page
+                continue
+            yield address, length
+            address += length
+
+
+def _of_size(length: int, sizes: Sequence[int]) -> bool:
+    """Whether a chunk of `length` bytes holds a buffer llama.cpp logged as one of `sizes`."""
+    return any(abs(length - size) <= CHUNK_SLACK for size in sizes)
+
+
 def release_cleared(before: list[tuple[int, int]], sizes: Sequence[int]) -> list[tuple[int, int]]:
     """Drop the pages of the zeroed host buffers of `sizes` bytes (a new context's KV cache,
     which llama.cpp zeroes when it makes it) that were mapped since `before`
@@ -104,27 +127,80 @@ def release_cleared(before: list[tuple[int, int]], sizes: Sequence[int]) -> list
     its pages after the first read as zeros again once dropped, which is what they hold. So
     nothing changes but the memory counted: a cell's pages come back as the cell is written,
     and a long context costs what its cells in use hold, not its whole size, until it fills."""
-    libc = _libc()
-    if libc is None or not sizes or not sys.platform.startswith("linux"):
+    if _libc() is None or not sizes or not sys.platform.startswith("linux"):
         return []
     page = mmap.PAGESIZE
     released = []
-    for start, end in _new_parts(anonymous_ranges(), before):
-        address = start
-        while address + page <= end:
-            word = ctypes.c_uint64.from_address(address + 8).value
-            length = word & ~7
-            if not word & IS_MMAPPED or length % page or not 0 < length <= end - address:
-                address += page
-                continue
-            if any(abs(length - size) <= CHUNK_SLACK for size in sizes):
-                words = (ctypes.c_uint64 * ((length - page) // 8)).from_address(address + page)
-                if not np.ctypeslib.as_array(words).any() and discard(
-                    address + page, length - page
-                ):
-                    released.append((address + page, length - page))
-            address += length
+    for address, length in _mapped_chunks(list(_new_parts(anonymous_ranges(), before))):
+        if _of_size(length, sizes):
+            words = (ctypes.c_uint64 * ((length - page) // 8)).from_address(address + page)
+            if not np.ctypeslib.as_array(words).any() and discard(address + page, length - page):
+                released.append((address + page, length - page))
     return released
+
+
+@dataclass(frozen=True)
+class ScratchBuffer:
+    """A context's compute buffer in host memory: the glibc chunk that holds it (`address`,
+    `length`), the thread that made the context (and decodes in it), and that thread's
+    `native_log.late_reserves` when it was found.
+
+    Every tensor of a compute buffer is written by a step before the step reads it (the
+    graph's inputs are set and its nodes computed anew on each decode), so while the context
+    is idle its pages can go. llama.cpp keeps the pages of the largest step it ran: the logit
+    rows of a step with many sequences or drafted tokens (a MiB each on a 262k vocabulary),
+    a micro-batch's activations."""
+
+    address: int
+    length: int
+    thread: int
+    reserves: int
+
+    def discard(self) -> bool:
+        """Drop the buffer's pages (all but the chunk's first, glibc's header); False, with
+        nothing done, where llama.cpp may have reserved another compute buffer since (on the
+        thread that decodes in the context) or the chunk is no longer one of `length` bytes
+        (freed, or moved)."""
+        if native_log.late_reserves(self.thread) != self.reserves or not _is_mapped(self.address):
+            return False
+        word = ctypes.c_uint64.from_address(self.address + 8).value
+        if word & ~7 != self.length or not word & IS_MMAPPED:
+            return False
+        page = mmap.PAGESIZE
+        return discard(self.address + page, self.length - page)
+
+    def resident(self) -> int:
+        """Its resident pages (for tests)."""
+        return resident(self.address, self.length)
+
+
+def _is_mapped(address: int) -> bool:
+    """Whether the page at `address` is mapped (mincore fails with ENOMEM where it is not)."""
+    libc = _libc()
+    if libc is None:
+        return False
+    vec = (ctypes.c_ubyte * 1)()
+    page = address // mmap.PAGESIZE * mmap.PAGESIZE
+    return libc.mincore(ctypes.c_void_p(page), ctypes.c_size_t(mmap.PAGESIZE), vec) == 0
+
+
+def find_scratch(
+    before: list[tuple[int, int]], sizes: Sequence[int], kv_sizes: Sequence[int]
+) -> ScratchBuffer | None:
+    """The compute buffer of one of `sizes` bytes mapped since `before`, told from the KV
+    buffers of `kv_sizes` (None unless exactly one chunk is it; Linux only)."""
+    if _libc() is None or not sizes or not sys.platform.startswith("linux"):
+        return None
+    found = [
+        (address, length)
+        for address, length in _mapped_chunks(list(_new_parts(anonymous_ranges(), before)))
+        if _of_size(length, sizes) and not _of_size(length, kv_sizes)
+    ]
+    if len(found) != 1:
+        return None
+    address, length = found[0]
+    thread = threading.get_ident()
+    return ScratchBuffer(address, length, thread, native_log.late_reserves(thread))
 
 
 def logit_rows(ctx: Any, rows: int, n_vocab: int) -> tuple[int, int] | None:
@@ -161,20 +237,25 @@ def trim_heap() -> None:
         trim(0)
 
 
-def new_context(model: Any, cparams: Any) -> tuple[Any, list[tuple[int, int]]]:
-    """llama.cpp's context of `cparams` on `model` (NULL when it cannot make one), and the
+def new_context(
+    model: Any, cparams: Any
+) -> tuple[Any, list[tuple[int, int]], ScratchBuffer | None]:
+    """llama.cpp's context of `cparams` on `model` (NULL when it cannot make one), the
     (address, bytes) of its KV cache in host memory, which llama.cpp zeroes and which is
     handed back at once (`release_cleared`): a long context holds the memory of its cells in
-    use, not of its whole size."""
+    use, not of its whole size; and its compute buffer, to hand back while idle."""
     before = anonymous_ranges()
-    with host_kv_buffers() as kv_sizes:
+    with native_log.host_buffers() as sizes:
         ctx = lc.llama_init_from_model(model, cparams)
     if not ctx:
-        return ctx, []
-    released = release_cleared(before, kv_sizes)
+        return ctx, [], None
+    released = release_cleared(before, sizes.kv)
+    scratch = find_scratch(before, sizes.compute, sizes.kv)
     log.debug(
-        "KV cache of %.1f MiB, %.1f MiB of it left to fill",
-        sum(kv_sizes) / 2**20,
+        "KV cache of %.1f MiB, %.1f MiB of it left to fill; compute buffer of %.1f MiB%s",
+        sum(sizes.kv) / 2**20,
         sum(size for _, size in released) / 2**20,
+        sum(sizes.compute) / 2**20,
+        "" if scratch else " (not found)",
     )
-    return ctx, released
+    return ctx, released, scratch

@@ -25,7 +25,7 @@ import llama_cpp as lc
 import numpy as np
 
 from edgeserve.engine.audio import AudioClip, AudioInput, check_length
-from edgeserve.engine.images import DecodedImage
+from edgeserve.engine.images import DecodedImage, pillow
 from edgeserve.engine.llama.native_log import native_log_callback
 from edgeserve.engine.ports import MediaEmbeddings
 from edgeserve.engine.types import MediaKind
@@ -82,6 +82,7 @@ class Projector:
         kinds: set[MediaKind] = set()
         if mtmd.mtmd_support_vision(ctx):
             kinds.add("image")
+            pillow()  # imported now rather than by the first image
         self.audio: AudioInput | None = None
         if mtmd.mtmd_support_audio(ctx):
             kinds.add("audio")
