@@ -72,10 +72,12 @@ def models_dir(tmp_path_factory, model_path: Path, smollm2_path: Path) -> Path:
 async def catalogue(models_dir: Path) -> AsyncIterator[tuple[str, Fleet]]:
     """An app on a real port over a fleet of `models_dir` (nothing loaded, room for both
     models): the page's URL and the fleet, whose models unload after the test."""
-    settings = Settings(model="", models_dir=str(models_dir), ctx_size=512, parallel=1)
+    settings = Settings(
+        model="", models_dir=str(models_dir), ctx_size=512, parallel=1, models_memory=2048 * MIB
+    )
     fleet = Fleet(
         build_catalogue(settings),
-        memory_budget=2048 * MIB,
+        memory_budget=2048 * MIB,  # as the server gives it --models-memory
         max_loaded=settings.models_max,
         keep_alive=settings.keep_alive,
         files_dir=settings.models_dir,
