@@ -56,6 +56,7 @@ class PromptFiles:
         self.cap_bytes = cap_bytes
         self.folder.mkdir(parents=True, exist_ok=True)
         self._sizes: dict[str, int] = {}
+        self._bytes = 0  # sum of _sizes, kept as it changes (read every engine step)
         self._lock = threading.Lock()
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="edgeserve-cache-write")
 
@@ -75,8 +76,7 @@ class PromptFiles:
                 self._reject(path, exc)
                 continue
             found.append((path.stat().st_mtime, str(path), tokens, size))
-            with self._lock:
-                self._sizes[str(path)] = size
+            self._held(path, size)
         found.sort()
         if found:
             log.info("prompt cache: %d entries on disk in %s", len(found), self.folder)
@@ -113,7 +113,7 @@ class PromptFiles:
     def files_held(self) -> tuple[int, int]:
         """How many entry files this model has on disk now, and their bytes."""
         with self._lock:
-            return len(self._sizes), sum(self._sizes.values())
+            return len(self._sizes), self._bytes
 
     def close(self) -> None:
         """Finish the writes under way."""
@@ -212,14 +212,18 @@ class PromptFiles:
             log.warning("prompt cache: cannot write %s: %s", path, exc)
             _unlink(temporary)
             return
-        with self._lock:
-            self._sizes[str(path)] = path.stat().st_size
+        self._held(path, path.stat().st_size)
         self._hold_cap()
 
     def _delete(self, path: Path) -> None:
         _unlink(path)
         with self._lock:
-            self._sizes.pop(str(path), None)
+            self._bytes -= self._sizes.pop(str(path), 0)
+
+    def _held(self, path: Path, size: int) -> None:
+        with self._lock:
+            self._bytes += size - self._sizes.get(str(path), 0)
+            self._sizes[str(path)] = size
 
     def _hold_cap(self) -> None:
         """Delete the least recently used entry files of every model until all fit."""
