@@ -82,6 +82,9 @@ T = TypeVar("T")
 # The long-context memory case: cells, and the --parallel values it runs at.
 LONG_CTX = 32768
 LONG_CTX_PARALLEL = (4, 1)
+# Streams a load round takes at least (more requests per stream at low concurrency), so that
+# a round's inter-token p99 is not its third-longest gap.
+MIN_ROUND_STREAMS = 8
 # The workloads that can run alone, each with its --NAME-only switch.
 ONLY_WORKLOADS = ("images", "lora", "models", "documents")
 
@@ -133,7 +136,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         f"{EDGESERVE_BASELINE} runs every workload {EDGESERVE} runs",
     )
     p.add_argument("--tokens", type=int, help="max_tokens per request [128; quick 32]")
-    p.add_argument("--requests", type=int, help="requests per stream per round [2; quick 1]")
+    p.add_argument(
+        "--requests", type=int, help="requests per stream per round, 8 streams or more [2; quick 1]"
+    )
     p.add_argument("--rounds", type=int, help="alternated rounds [3; quick 2]")
     p.add_argument("--prompt-words", type=int, help="prompt size in words [128; quick 64]")
     p.add_argument("--conversations", type=int, help="multi-turn chats [4; quick 2]")
@@ -267,6 +272,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def per_stream(requests: int, concurrency: int) -> int:
+    """Requests each of `concurrency` streams makes per round: --requests, or more where
+    fewer than MIN_ROUND_STREAMS would run."""
+    return max(requests, -(-MIN_ROUND_STREAMS // concurrency))
+
+
 def only_workload(args: argparse.Namespace) -> str | None:
     """The workload that runs alone (--images-only, --lora-only, --models-only,
     --documents-only), or None."""
@@ -378,7 +389,7 @@ class Bench:
             "concurrency": levels,
             "servers": self.kinds,
             "max_tokens": a.tokens,
-            "requests": {str(c): c * a.requests for c in levels},
+            "requests": {str(c): c * per_stream(a.requests, c) for c in levels},
             "prompt_tokens": None,
             "sampled_temperature": a.sampled_temperature,
         }
@@ -567,7 +578,7 @@ class Bench:
             server.url,
             server.kind,
             c,
-            a.requests,
+            per_stream(a.requests, c),
             a.tokens,
             a.prompt_words,
             model.info.eog_ids,

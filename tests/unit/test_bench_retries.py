@@ -109,9 +109,9 @@ async def test_a_noisy_load_run_is_retried_with_new_prompts(bench: Bench, aiohtt
     server = await recording_app(aiohttp_server, prompts)
     ScriptedNoiseMeter.noise = [100.0, 0.0]
     url = str(server.make_url("")).rstrip("/")
-    await bench.measured([], bench.speed_models[0], RecordingServer(url), 2, 0)
-    assert len(prompts) == 2 * 2 * 2  # two tries of 2 workers x 2 requests
-    first, second = prompts[:4], prompts[4:]
+    await bench.measured([], bench.speed_models[0], RecordingServer(url), 4, 0)
+    assert len(prompts) == 2 * 4 * 2  # two tries of 4 workers x 2 requests
+    first, second = prompts[:8], prompts[8:]
     assert not set(first) & set(second)
     assert bench.results["runs"][0]["other_cpu_s"] == 0.0  # the quiet try's figures are kept
 
@@ -121,8 +121,19 @@ async def test_a_quiet_run_is_not_retried(bench: Bench, aiohttp_server: Any):
     server = await recording_app(aiohttp_server, prompts)
     ScriptedNoiseMeter.noise = [0.0]
     url = str(server.make_url("")).rstrip("/")
-    await bench.measured([], bench.speed_models[0], RecordingServer(url), 2, 0)
-    assert len(prompts) == 4 and len(set(prompts)) == 4
+    await bench.measured([], bench.speed_models[0], RecordingServer(url), 4, 0)
+    assert len(prompts) == 8 and len(set(prompts)) == 8
+
+
+async def test_a_round_at_low_concurrency_still_runs_eight_streams(
+    bench: Bench, aiohttp_server: Any
+):
+    prompts: list[str] = []
+    server = await recording_app(aiohttp_server, prompts)
+    ScriptedNoiseMeter.noise = [0.0]
+    url = str(server.make_url("")).rstrip("/")
+    await bench.measured([], bench.speed_models[0], RecordingServer(url), 1, 0)
+    assert len(prompts) == 8 and len(set(prompts)) == 8  # one worker, 8 requests, not 2
 
 
 async def test_a_noisy_lora_run_is_retried_with_new_prompts(
