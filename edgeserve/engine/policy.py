@@ -274,38 +274,42 @@ class Scheduler:
         self.restored_tokens += shared
         return shared
 
-    def _spill(self, seq: int, tokens: list[int], adapters: AdapterSet, keep: int) -> None:
-        """Store what `seq` holds (`tokens`, under `adapters`) before all but its first
-        `keep` cells go, when that loses MIN_TOKENS or more not stored yet."""
-        if (
-            not self.store.enabled
-            or seq in self._unstorable
-            or len(tokens) - keep < MIN_TOKENS
-            or self.store.covers(tokens, adapters)
-        ):
+    def _spill(
+        self, seq: int, tokens: list[int], adapters: AdapterSet, keep: int, durable: bool = False
+    ) -> None:
+        """Store what `seq` holds (`tokens`, under `adapters`) in the tiers that lack it,
+        before all but its first `keep` cells go (when that loses MIN_TOKENS or more); with
+        `durable`, while it keeps them, on disk alone (`PromptStore.wanted`)."""
+        if len(tokens) - keep < MIN_TOKENS or (durable and seq in self._unstorable):
+            return
+        tiers = self.store.wanted(tokens, adapters, durable)
+        if not tiers:
             return
         copied = self.kv.save_sequence(seq)
         if copied is not None:
             kv, kv_bytes = copied
             windows = tuple((c.position, c.state) for c in self.windows.of(seq))
             window_bytes = sum(memoryview(state).nbytes for _, state in windows)  # type: ignore[arg-type]
-            self.store.put(tokens, adapters, SequenceState(kv, kv_bytes, windows, window_bytes))
-        if not self.store.covers(tokens, adapters):  # too large for the tiers, or no copy
+            state = SequenceState(kv, kv_bytes, windows, window_bytes)
+            self.store.put(tokens, adapters, state, tiers)
+        if durable and self.store.wanted(tokens, adapters, durable):  # no copy: not again
             self._unstorable.add(seq)
 
     def unstored(self) -> bool:
-        """Whether a free sequence holds MIN_TOKENS or more that no stored entry holds."""
-        return self.store.enabled and any(
-            len(held := self.slots.held(seq)) >= MIN_TOKENS
-            and seq not in self._unstorable
-            and not self.store.covers(held, self.slots.adapters_of(seq))
+        """Whether a free sequence holds MIN_TOKENS or more that the disk tier lacks."""
+        return self.store.disk is not None and any(
+            seq not in self._unstorable
+            and self.store.wanted(self.slots.held(seq), self.slots.adapters_of(seq), True)
             for seq in self.slots
         )
 
     def spill_free(self) -> None:
-        """Store what every free sequence holds (while idle, and before the process ends)."""
+        """Write what every free sequence holds to the disk tier (while idle, and before the
+        process ends), where it lacks it."""
         for seq in self.slots:
-            self._spill(seq, self.slots.held(seq), self.slots.adapters_of(seq), keep=0)
+            self._spill(
+                seq, self.slots.held(seq), self.slots.adapters_of(seq), keep=0, durable=True
+            )
 
     def _reuse_prefix(self, seq: int, common: int, n_prompt: int) -> int:
         """Keep the first `common` cached cells of `seq` (at least one prompt token is always

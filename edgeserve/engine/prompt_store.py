@@ -10,7 +10,10 @@ the entry back into a sequence and decodes only the rest.
 Entries live in host memory within `ram_bytes` and, with a disk tier (prompt_disk.py), are
 also written to files that outlive the process; both tiers drop their least recently used
 entries first. An entry that one tier dropped may still be in the other: one evicted from
-memory is read back from its file when a prompt needs it.
+memory is read back from its file when a prompt needs it. While a sequence still has its
+cells, only the disk tier takes a copy (`wanted(..., durable=True)`: the idle engine's and a
+stopping one's, so that a restart finds it); memory never holds a second copy of cells the
+KV cache holds.
 
 Pure bookkeeping, owned by the engine thread: states are opaque handles, and files are the
 disk tier's.
@@ -110,6 +113,10 @@ class PrefixIndex:
                 high = mid
         return list(self._buckets[chain[low - 1]]) if low else []
 
+    def holding(self, chain: list[int]) -> list[Entry]:
+        """The entries sharing every block of `chain` (none for an empty chain)."""
+        return list(self._buckets.get(chain[-1], ())) if chain else []
+
     def along(self, chain: list[int]) -> list[Entry]:
         """Every entry sharing a whole block with a prompt of block chain `chain`."""
         seen: dict[int, Entry] = {}
@@ -204,26 +211,43 @@ class PromptStore:
 
     def covers(self, tokens: list[int], adapters: AdapterSet) -> bool:
         """Whether an entry holds `tokens` (or more after them) under `adapters`."""
-        _, shared = self.best(tokens, adapters) if tokens else (None, 0)
-        return shared == len(tokens)
+        return bool(self._holding(tokens, adapters))
 
-    def put(self, tokens: list[int], adapters: AdapterSet, state: SequenceState) -> None:
-        """Keep a sequence's KV that holds `tokens` (copied: the caller's list may change).
-        Entries it makes redundant (their tokens a prefix of these) go; when an entry holds
-        these tokens already, that one is kept (as the most recently used) instead."""
-        covering, shared = self.best(tokens, adapters)
-        if covering is not None and shared == len(tokens):
-            covering.last_used = self._tick()
-            return
-        entry = Entry(list(tokens), adapters, state.nbytes, state=state, last_used=self._tick())
-        for older in self._index.along(entry.chain):
-            n = len(older.tokens)
-            if older.adapters == adapters and n <= len(tokens) and older.tokens == tokens[:n]:
-                self._remove(older)
-        if self.disk is not None and not adapters:  # adapter ids are this process's own
+    def wanted(self, tokens: list[int], adapters: AdapterSet, durable: bool) -> list[Tier]:
+        """The tiers that should take a copy of a sequence holding `tokens` under `adapters`:
+        those where no entry holds them (or more) yet, of the disk tier alone when `durable`
+        (the sequence keeps its cells: the copy is for a restart, not a second one in memory);
+        none for fewer than MIN_TOKENS tokens."""
+        if len(tokens) < MIN_TOKENS:
+            return []
+        held = self._holding(tokens, adapters)
+        tiers: list[Tier] = []
+        if not durable and self.ram_bytes > 0 and all(e.state is None for e in held):
+            tiers.append("ram")
+        if self.disk is not None and not adapters and all(e.file is None for e in held):
+            tiers.append("disk")  # adapter ids are this process's own
+        return tiers
+
+    def put(
+        self, tokens: list[int], adapters: AdapterSet, state: SequenceState, tiers: list[Tier]
+    ) -> None:
+        """Keep a sequence's KV that holds `tokens` (copied: the caller's list may change) in
+        `tiers` (what `wanted` gave; a state larger than the memory budget stays out of
+        memory). In each tier, the entries it makes redundant there (their tokens a prefix of
+        these) go."""
+        exact = next((e for e in self._holding(tokens, adapters) if e.tokens == tokens), None)
+        entry = exact or Entry(list(tokens), adapters, state.nbytes)
+        entry.last_used = self._tick()
+        if "ram" in tiers and state.nbytes <= self.ram_bytes:
+            entry.state = state
+        if "disk" in tiers and self.disk is not None:
             entry.file = self.disk.write(entry.tokens, state)
-        self._add(entry)
-        self._fit_ram()
+        if entry.state is None and entry.file is None:
+            return
+        if exact is None:
+            self._supersede(entry)
+            self._add(entry)
+        self._fit_ram(keep=entry)
 
     def load(self, entry: Entry) -> SequenceState | None:
         """The state of `entry` to restore, read from its file when it is no longer in
@@ -289,6 +313,29 @@ class PromptStore:
             if entry.file is None:
                 self._forget(entry)
 
+    def _supersede(self, entry: Entry) -> None:
+        """Drop, from each tier `entry` is in, the entries there whose tokens it starts with
+        (an entry left in no tier goes)."""
+        n_new = len(entry.tokens)
+        for older in self._index.along(entry.chain):
+            n = len(older.tokens)
+            if older.adapters != entry.adapters or n > n_new or older.tokens != entry.tokens[:n]:
+                continue
+            if entry.state is not None:
+                older.state = None
+            if entry.file is not None and older.file is not None and self.disk is not None:
+                self.disk.forget(older.file)
+                older.file = None
+            if older.state is None and older.file is None:
+                self._forget(older)
+
+    def _holding(self, tokens: list[int], adapters: AdapterSet) -> list[Entry]:
+        """The entries holding `tokens` (or more after them) under `adapters`."""
+        if len(tokens) < BLOCK:
+            return [e for e in self.entries if e.adapters == adapters and _starts(e, tokens)]
+        holding = self._index.holding(block_chain(tokens, adapters))
+        return [e for e in holding if e.adapters == adapters and _starts(e, tokens)]
+
     def _add(self, entry: Entry) -> None:
         self.entries.append(entry)
         self._index.add(entry)
@@ -297,13 +344,12 @@ class PromptStore:
         self.entries.remove(entry)
         self._index.remove(entry)
 
-    def _remove(self, entry: Entry) -> None:
-        """Forget an entry and delete its file."""
-        self._forget(entry)
-        if entry.file is not None and self.disk is not None:
-            self.disk.forget(entry.file)
-
     def _tick(self) -> int:
         self._clock += 1
         self._ram_stats = None
         return self._clock
+
+
+def _starts(entry: Entry, tokens: list[int]) -> bool:
+    """Whether `entry`'s tokens start with `tokens`."""
+    return len(entry.tokens) >= len(tokens) and entry.tokens[: len(tokens)] == tokens

@@ -337,10 +337,9 @@ class Engine:
         """While idle (the thread calls it outside the inbox's lock): free the scoring and
         embeddings contexts once unused for SCORE_CONTEXT_IDLE_S, hand the generation
         context's logit rows back to the system OUTPUT_PAGES_IDLE_S after the last step, its
-        compute buffer and the heap's free pages COMPUTE_PAGES_IDLE_S after it, and store what
-        free sequences hold in the prompt cache's tiers (so that a later request that needs
-        their cells does not wait for the copy, and the disk tier has it should the process
-        die)."""
+        compute buffer and the heap's free pages COMPUTE_PAGES_IDLE_S after it, and write what
+        free sequences hold to the prompt cache's disk tier (should the process die; memory
+        takes its copy only when the cells are given to another request)."""
         stepper = self._ready()
         backend = stepper.state.backend
         now = time.monotonic()

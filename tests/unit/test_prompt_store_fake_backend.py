@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeserve.engine.prompt_disk import MAGIC, PromptFiles
+from edgeserve.engine.prompt_disk import MAGIC, SUFFIX, PromptFiles
 from edgeserve.engine.prompt_store import BLOCK, MIN_TOKENS, PromptStore, SequenceState
 from edgeserve.engine.slots import common_prefix
 from tests.unit.test_engine_fake_backend import Harness, answers, fresh_answer
@@ -31,12 +31,12 @@ def state(nbytes: int, tag: int = 0) -> SequenceState:
 def test_least_recently_used_states_leave_memory_first_and_the_budget_holds():
     store = PromptStore(ram_bytes=250)
     for tag in range(3):
-        store.put([tag + 1] * 70, (), state(100, tag))
+        store.put([tag + 1] * 70, (), state(100, tag), ["ram"])
     assert [e.tokens[0] for e in store.in_tier("ram")] == [2, 3]  # 1 went first
     entry, shared = store.best([2] * 70 + [9], ())
     assert shared == 70
     assert store.load(entry) is entry.state  # 2 is now the most recently used
-    store.put([4] * 70, (), state(100))
+    store.put([4] * 70, (), state(100), ["ram"])
     assert [e.tokens[0] for e in store.in_tier("ram")] == [2, 4]
     assert store.ram_used() <= 250
 
@@ -49,7 +49,8 @@ def test_any_sequence_of_puts_and_lookups_finds_the_longest_prefix_within_the_bu
         for _ in range(40):
             tokens = [rng.randrange(1, 5) for _ in range(rng.randrange(2, 6))] * 32
             if rng.random() < 0.6:
-                store.put(tokens, (), state(rng.randrange(10, 400)))
+                wanted = store.wanted(tokens, (), durable=False)
+                store.put(tokens, (), state(rng.randrange(10, 400)), wanted)
             else:
                 found, shared = store.best(tokens, ())
                 longest = max((common_prefix(e.tokens, tokens) for e in store.entries), default=0)
@@ -64,9 +65,9 @@ def test_any_sequence_of_puts_and_lookups_finds_the_longest_prefix_within_the_bu
 
 def test_a_longer_prompt_replaces_the_entries_it_starts_with_and_adapters_keep_apart():
     store = PromptStore(ram_bytes=10_000)
-    store.put([1] * 70, (), state(10))
-    store.put([1] * 70, ((0, 1.0),), state(10))
-    store.put([1] * 80, (), state(10))
+    store.put([1] * 70, (), state(10), ["ram"])
+    store.put([1] * 70, ((0, 1.0),), state(10), ["ram"])
+    store.put([1] * 80, (), state(10), ["ram"])
     assert sorted((len(e.tokens), e.adapters) for e in store.entries) == [
         (70, ((0, 1.0),)),
         (80, ()),
@@ -237,37 +238,67 @@ def test_a_sliding_window_models_entry_comes_back_with_its_window_checkpoints():
     h.assert_clean()
 
 
-def test_an_idle_engine_stores_what_its_sequences_hold_once():
+def test_memory_takes_a_copy_only_when_the_cells_go():
     h = Harness(parallel=2, n_ctx=256, prompt_cache_ram=1 << 20)
     for doc in DOCS:
         h.submit(f"{doc} one", max_tokens=4)
         h.run_until_idle()
+        saved = h.backend.sequences_saved
         h.engine.housekeeping()  # what the engine thread runs while it waits for work
+        assert h.backend.sequences_saved == saved  # no disk tier: the idle engine copies none
+        assert not h.scheduler.unstored()
+    # Copied when their cells went to later documents, each once; what the sequences still
+    # hold, not at all.
+    store, slots = h.scheduler.store, h.scheduler.slots
+    assert h.backend.sequences_saved == len(store.entries) >= 2
+    held = [slots.held(seq) for seq in slots if len(slots.held(seq)) >= MIN_TOKENS]
+    assert held and not any(store.covers(tokens, ()) for tokens in held)
+
+
+def test_an_idle_engine_writes_what_its_sequences_hold_to_disk_once(tmp_path: Path):
+    h = Harness(parallel=2, n_ctx=256, prompt_cache_ram=1 << 20, prompt_cache_dir=str(tmp_path))
+    for doc in DOCS:
+        h.submit(f"{doc} one", max_tokens=4)
+        h.run_until_idle()
+        assert h.scheduler.unstored()
+        h.engine.housekeeping()
         assert not h.scheduler.unstored()
         h.engine.housekeeping()
-    # Each document copied out once, while idle: none again when its cells were taken.
-    assert h.backend.sequences_saved == len(DOCS)
-    assert h.engine.stats().prompt_cache_tiers[0].entries == len(DOCS)
+    h.scheduler.store.close()
+    ram, disk = h.scheduler.store.tier_stats()
+    # Each document written once while idle; copied again (to memory alone, its file written)
+    # only when a later one took its cells.
+    assert disk.entries == len(DOCS) and 1 <= ram.entries < len(DOCS)
+    assert h.backend.sequences_saved == len(DOCS) + ram.entries
+    assert len(list(tmp_path.rglob("*" + SUFFIX))) == len(DOCS)
 
 
-def test_a_prompt_too_large_for_the_memory_tier_is_not_copied_again_and_again():
-    h = Harness(parallel=2, n_ctx=256, prompt_cache_ram=100)  # less than any entry
+def test_a_prompt_too_large_for_the_memory_tier_leaves_the_other_entries_alone():
+    store = PromptStore(ram_bytes=250)
+    store.put([1] * 70, (), state(100), ["ram"])
+    store.put([2] * 70, (), state(300), ["ram"])  # more than the whole budget
+    assert [e.tokens[0] for e in store.entries] == [1]
+
+
+def test_a_sequence_the_disk_tier_cannot_take_is_not_copied_again_and_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    h = Harness(parallel=2, n_ctx=256, prompt_cache_ram=0, prompt_cache_dir=str(tmp_path))
+    monkeypatch.setattr(h.backend, "save_sequence", lambda seq: None)  # llama.cpp gave no copy
     h.submit(f"{DOCS[0]} one", max_tokens=4)
     h.run_until_idle()
     h.engine.housekeeping()
-    assert h.backend.sequences_saved == 1 and h.scheduler.store.entries == []
     assert not h.scheduler.unstored()  # the engine thread would otherwise never sleep
     h.submit(f"{DOCS[1]} one", max_tokens=4)  # takes the other sequence
     h.run_until_idle()
-    h.engine.housekeeping()
-    assert h.backend.sequences_saved == 2
+    assert h.scheduler.unstored()
 
 
 def test_the_lookup_compares_every_entry_sharing_the_most_blocks():
     store = PromptStore(ram_bytes=10_000)
     system = list(range(100, 100 + BLOCK))  # one shared block, then three ways on
     for branch in (1, 2, 3):
-        store.put(system + [branch] * 40, (), state(10))
+        store.put(system + [branch] * 40, (), state(10), ["ram"])
     for branch in (3, 1, 2):
         entry, shared = store.best(system + [branch] * 30 + [9], ())
         assert entry is not None and entry.tokens[-1] == branch and shared == BLOCK + 30
