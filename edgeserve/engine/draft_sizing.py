@@ -6,7 +6,10 @@ that give the step the most expected tokens per second (`speculation.best_length
 the pace every sequence of the step is owed: drafts may make the step (every stream's gap
 between two tokens) at most DRAFT_SHARE longer, unless a greedy stream is alone (it drafts
 what pays: greedy answers are the ones that copy their input for long stretches, and a
-reader alone takes a burst of tokens after a longer gap as a gain). A draft model's drafts,
+reader alone takes a burst of tokens after a longer gap as a gain). When every stream of the
+step is greedy, the bound stretches by the fewest tokens any of them expects from the step:
+each one's own rate stays within the share of its plain pace (streams that all copy draft
+together; one that drafts nothing keeps the plain bound for all). A draft model's drafts,
 n-gram drafts before the costs are known, and a seeded sampled answer's drafts take the
 positions whose chance of being kept is above a threshold instead.
 
@@ -28,11 +31,12 @@ from edgeserve.engine.speculation import (
 from edgeserve.engine.step_cost import PRIOR_THRESHOLD, StepCost
 
 # Drafts may make a step at most this share longer than it is without them
-# (`speculation.keeps_pace`; a greedy stream alone excepted), so every stream's gap between
-# two tokens stays within 15% of its plain pace: PRODUCT.md holds inter-token p99 to
-# llama-server's, whose gaps are about 15% above a plain step here. On a GPU a row costs
-# little of a step and every stream drafts; on a small CPU, where 8 rows cost 39% more than
-# 4 and one more row 30% more than one, only a greedy stream alone drafts.
+# (`speculation.keeps_pace`; a greedy stream alone excepted, greedy streams together held
+# by their own rates), so every stream's gap between two tokens stays within 15% of its
+# plain pace: PRODUCT.md holds inter-token p99 to llama-server's, whose gaps are about 15%
+# above a plain step here. On a GPU a row costs little of a step and every stream drafts; on
+# a small CPU, where 8 rows cost 39% more than 4 and one more row 30% more than one, only
+# greedy streams draft (alone, or all of a step's streams copying).
 DRAFT_SHARE = 0.15
 # A step is taken to cost at least this much (a measured 0 would make any draft free).
 MIN_STEP_SECONDS = 1e-6
@@ -81,7 +85,8 @@ class DraftSizer:
         if not drafting:
             return drafts
         sequences = len(stepping)
-        share = None if sequences == 1 and stepping[0][0].request.params.greedy else DRAFT_SHARE
+        greedy = all(job.request.params.greedy for job, _ in stepping)
+        share = None if sequences == 1 and greedy else DRAFT_SHARE
         # A seeded sampled answer drafts by its own acceptance against the prior threshold,
         # not by the measured costs, which change with whatever else ran: llama.cpp gives a
         # row slightly different values in a batch of another shape, so the same seed would
@@ -94,7 +99,7 @@ class DraftSizer:
             spare -= self._threshold_drafts(drafts, seeded, sequences, spare, cost, PRIOR_THRESHOLD)
         if self.draft_model is None and cost.line() is not None:
             most = min(spare, STEP_ROWS)
-            self._best_ngram_drafts(drafts, drafting, sequences, most, cost, share)
+            self._best_ngram_drafts(drafts, drafting, sequences, most, cost, share, greedy)
         else:
             spare = min(spare, self._paced_rows(cost, sequences, share))
             self._threshold_drafts(drafts, drafting, sequences, spare, cost)
@@ -108,10 +113,12 @@ class DraftSizer:
         most: int,
         cost: StepCost,
         share: float | None,
+        by_gain: bool,
     ) -> None:
         """Fill `drafts` with the n-gram drafts of the lengths that give the step the most
         expected tokens per second (`speculation.best_lengths`, from each sequence's
-        acceptance and the measured step costs); a sequence none of whose tokens pay
+        acceptance and the measured step costs; `by_gain` when every stream is greedy,
+        see the module docstring); a sequence none of whose tokens pay
         probes now and then (`DraftPace.settle`), while the step stays within the limit
         that protects the others' pace."""
 
@@ -124,7 +131,7 @@ class DraftSizer:
             assert isinstance(choice.drafter, Drafter)
             candidates[i] = choice.drafter.lookup(choice.generated, limit)
             chances[i] = choice.drafter.chances(len(candidates[i]))
-        lengths = best_lengths(chances, step_seconds, most, share)
+        lengths = best_lengths(chances, step_seconds, most, share, by_gain)
         for i, _, choice, _ in drafting:
             assert isinstance(choice.drafter, Drafter)
             chosen = lengths[i]

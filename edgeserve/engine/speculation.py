@@ -177,10 +177,12 @@ def best_lengths(
     step_seconds: Callable[[int], float],
     most: int,
     share: float | None,
+    by_gain: bool = False,
 ) -> list[int]:
     """How many of its candidate tokens each of a step's sequences drafts: the lengths that
     give the most expected tokens per second of the step, at most `most` in all, among those
-    that keep every sequence's pace (`keeps_pace`).
+    that keep every sequence's pace (`keeps_pace`; with `by_gain`, a pace stretched by the
+    least expected gain among the sequences).
 
     `chances[i][j]` is the chance that sequence i's drafted token j is reached and kept (it
     falls with j, so each sequence drafts a prefix of its candidates); `step_seconds(rows)`
@@ -192,26 +194,33 @@ def best_lengths(
         key=lambda pji: (-pji[0], pji[1]),
     )[:most]
     lengths = [0] * sequences
-    expected = float(sequences)
+    gains = [1.0] * sequences
     best, best_rate = [0] * sequences, sequences / step_seconds(sequences)
     for rows, (p, _, i) in enumerate(ranked, start=1):
         lengths[i] += 1
-        expected += p
-        rate = expected / step_seconds(sequences + rows)
-        if rate > best_rate and keeps_pace(lengths, step_seconds, share):
+        gains[i] += p
+        rate = sum(gains) / step_seconds(sequences + rows)
+        least = min(gains) if by_gain else 1.0
+        if rate > best_rate and keeps_pace(lengths, step_seconds, share, least):
             best, best_rate = list(lengths), rate
     return best
 
 
 def keeps_pace(
-    lengths: Sequence[int], step_seconds: Callable[[int], float], share: float | None
+    lengths: Sequence[int],
+    step_seconds: Callable[[int], float],
+    share: float | None,
+    least_gain: float = 1.0,
 ) -> bool:
     """Whether drafts of `lengths` keep every sequence's pace: the step may take at most
     (1 + share) times as long as without drafts, so no stream's next token waits more than
     `share` longer for drafts (the gap between two tokens is what a reader of a stream sees,
-    and what its 99th percentile is judged by, not only the mean rate). A `share` of None
-    sets no bound (a greedy stream alone drafts what pays)."""
+    and what its 99th percentile is judged by, not only the mean rate). `least_gain`, the
+    fewest tokens a sequence expects from the step (1 for one that drafts nothing), stretches
+    that bound: every stream's own rate stays within `share` of its plain one. A `share` of
+    None sets no bound (a greedy stream alone drafts what pays)."""
     if share is None:
         return True
     sequences = len(lengths)
-    return step_seconds(sequences + sum(lengths)) <= (1.0 + share) * step_seconds(sequences)
+    bound = (1.0 + share) * least_gain * step_seconds(sequences)
+    return step_seconds(sequences + sum(lengths)) <= bound

@@ -127,3 +127,31 @@ def test_keeps_pace_binds_a_stream_alone_too_unless_unbounded():
     assert keeps_pace([0, 0], cpu, 0.0) and keeps_pace([0], cpu, 0.0)
     gpu = linear(0.010, 0.0002)
     assert keeps_pace([7], gpu, DRAFT_SHARE) and not keeps_pace([8], gpu, DRAFT_SHARE)
+
+
+def own_rates(lengths: Sequence[int], kept: Sequence[Sequence[float]], cost: Cost) -> list[float]:
+    """Each sequence's expected tokens per second of a step with these drafts."""
+    seconds = cost(len(lengths) + sum(lengths))
+    return [(1 + sum(c[:k])) / seconds for c, k in zip(kept, lengths, strict=True)]
+
+
+def test_greedy_streams_that_all_copy_draft_together_on_this_cpu():
+    copying = [chances(0.95, 16)] * 4
+    assert best_lengths(copying, cpu, 32, DRAFT_SHARE) == [0, 0, 0, 0]
+    lengths = best_lengths(copying, cpu, 32, DRAFT_SHARE, by_gain=True)
+    assert min(lengths) >= 3
+    plain = 1 / cpu(4)
+    assert min(own_rates(lengths, copying, cpu)) > 1.5 * plain  # each stream, not the sum
+    # One stream that has nothing to draft holds the others to the plain bound.
+    assert best_lengths([*copying[:3], []], cpu, 32, DRAFT_SHARE, by_gain=True) == [0] * 4
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_by_gain_no_streams_own_rate_falls_more_than_the_share(seed):
+    rng = random.Random(seed)
+    kept = [chances(rng.uniform(0.0, 1.0), rng.randint(0, 8)) for _ in range(rng.randint(1, 5))]
+    share = rng.choice([0.0, 0.05, 0.15, 0.5])
+    lengths = best_lengths(kept, cpu, 32, share, by_gain=True)
+    plain = 1 / cpu(len(kept))
+    assert all(r >= plain / (1 + share) - 1e-9 for r in own_rates(lengths, kept, cpu))
+    assert rate(lengths, kept, cpu) >= rate([0] * len(kept), kept, cpu)

@@ -364,6 +364,31 @@ def most_drafted(h: Harness) -> int:
     return max(drafted_rows(decode) for decode in h.backend.decodes)
 
 
+def test_on_the_cpu_greedy_streams_that_all_copy_draft_together(monkeypatch):
+    # Four streams whose drafts are always kept, on this CPU's costs: greedy, they draft
+    # together (each one's own rate stays within the share of its plain pace); no step that
+    # a sampled stream takes part in drafts (its gap is held to the plain bound). The
+    # greedy answers are the same either way.
+    monkeypatch.setattr(NgramIndex, "continuation", oracle(64))
+    monkeypatch.setattr(Harness, "cost", MeasuredCpu)
+    results = {}
+    for mix in ("greedy", "one sampled"):
+        h = Harness(draft_max=8)
+        submitted = []
+        for i in range(4):
+            params = {"temperature": 0.05} if mix == "one sampled" and i == 3 else {}
+            submitted.append(h.submit(REPEATING + "abcd"[i], max_tokens=30, **params))
+        h.run_until_idle()
+        h.assert_clean()
+        sampled_seq = submitted[3][0].choices[0].seq_id
+        generating = [d for d in h.backend.decodes if all(out for *_, out in d)]  # no prefill
+        with_sampled = [d for d in generating if any(s == sampled_seq for *_, s, _ in d)]
+        results[mix] = (h, with_sampled, [answers(events) for _, events in submitted[:3]])
+    assert most_drafted(results["greedy"][0]) >= 8
+    assert results["one sampled"][1] and max(map(drafted_rows, results["one sampled"][1])) == 0
+    assert results["greedy"][2] == results["one sampled"][2]
+
+
 def test_on_the_cpu_sampled_answers_keep_their_pace(monkeypatch):
     # Drafts that are always the greedy answer, from a backend on the CPU. A greedy stream
     # alone drafts what pays; a sampled one (nearly greedy, so its drafts are kept) only what
