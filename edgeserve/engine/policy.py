@@ -35,6 +35,7 @@ from collections.abc import Callable
 
 from edgeserve.engine.checkpoints import WindowCheckpoints
 from edgeserve.engine.draft_model import DraftModel
+from edgeserve.engine.invariants import InvariantError, check_scheduler
 from edgeserve.engine.jobs import AnyJob, Choice, EmbedJob, Job, JobState, ScoreJob
 from edgeserve.engine.planning import EmbedPlan, GenerationPlan, MediaPlan, Planner, ScorePlan
 from edgeserve.engine.ports import Batch, KvCache
@@ -43,10 +44,6 @@ from edgeserve.engine.slots import SharedCells, SlotPool
 from edgeserve.engine.types import AdapterSet
 
 log = logging.getLogger("edgeserve.engine")
-
-
-class InvariantError(AssertionError):
-    """The scheduler's bookkeeping disagrees with itself or with the KV cache."""
 
 
 OpenChoices = Callable[[Job, list[int]], list[Choice]]
@@ -321,7 +318,7 @@ class Scheduler:
             self._cut(seq, -1)
             return 0
         first = self.kv.seq_pos_range(seq)[0]
-        if 0 <= first <= self._window_start(common) and self._cut(seq, common):
+        if 0 <= first <= self.window_start(common) and self._cut(seq, common):
             return common
         checkpoint = self.windows.best(seq, common)
         if (
@@ -332,12 +329,6 @@ class Scheduler:
             return checkpoint.position
         self._cut(seq, -1)
         return 0
-
-    def _window_start(self, position: int) -> int:
-        """The first position that the token at `position` attends to (0 without a sliding
-        window): a sequence may have lost the cells before it."""
-        n_swa = self.kv.n_swa
-        return max(0, position + 1 - n_swa) if n_swa > 0 else 0
 
     def _take_cleared(self) -> int:
         seq = self.slots.lru()
@@ -450,67 +441,12 @@ class Scheduler:
     # ---- checks -----------------------------------------------------------------------------
 
     def check_invariants(self) -> None:
-        """Raise InvariantError unless: each sequence id is owned by at most one live choice or
-        is free, never both; every stored sequence is contiguous from position 0 and ends
-        where its owner's next token goes; no ended job is in a live collection; the
-        reservations add up; each draft model sequence holds what it recorded. (With a
-        sliding window, "from position 0" means from no later than the window's start.)"""
-        owners: dict[int, tuple[int, int]] = {}
-        for job in self.active:
-            _expect(
-                job.state in (JobState.PREFILLING, JobState.GENERATING) and not job.finished,
-                f"job {job.rid} is active in state {job.state.value}",
-            )
-            for choice in job.choices:
-                if choice.done:
-                    continue
-                seq = choice.seq_id
-                _expect(seq not in owners, f"sequence {seq} has two owners")
-                _expect(seq not in self.slots, f"sequence {seq} is owned and free")
-                owners[seq] = (job.rid, choice.index)
-                who = f"job {job.rid} choice {choice.index}"
-                self._expect_cells(seq, choice.n_past, who)
-            if job.state is JobState.PREFILLING:
-                _expect(
-                    job.lead.n_past == job.prefilled, f"job {job.rid} lead is not at its prefill"
-                )
-        for seq in range(self.n_seq):
-            if seq in self.slots:
-                self._expect_cells(seq, len(self.slots.held(seq)), "free")
-            else:
-                _expect(seq in owners, f"sequence {seq} is neither owned nor free")
-        for job in self.waiting:
-            _expect(job.state is JobState.QUEUED, f"job {job.rid} waits in {job.state.value}")
-        for sjob in self.scoring:
-            _expect(sjob.state is JobState.GENERATING, f"score job {sjob.rid} is not running")
-        reserved = sum(job.prompt.reserve for job in self.active)
-        _expect(self.reserved == reserved, f"reserved {self.reserved} != {reserved} live")
-        held = {seq: len(self.slots.held(seq)) for seq in self.slots}
-        held |= {c.seq_id: c.n_past for job in self.active for c in job.choices if not c.done}
-        for seq, length in held.items():
-            for checkpoint in self.windows.of(seq):
-                _expect(
-                    checkpoint.position <= length,
-                    f"sequence {seq} holds {length} positions, has a checkpoint at "
-                    f"{checkpoint.position}",
-                )
-        if self.draft_model is not None:
-            mismatch = self.draft_model.mismatch()
-            _expect(mismatch is None, f"{mismatch}")
+        """Raise InvariantError where the bookkeeping disagrees with itself or with the KV
+        cache (invariants.py says what is checked)."""
+        check_scheduler(self)
 
-    def _expect_cells(self, seq: int, n_past: int, who: str) -> None:
-        """Check that `seq` holds positions 0 … n_past-1: all of them, or (with a sliding
-        window) at least those the window of its next position finds."""
-        first, last = self.kv.seq_pos_range(seq)
-        if n_past == 0:
-            _expect(last < 0, f"sequence {seq} ({who}) should be empty, holds up to {last}")
-        else:
-            _expect(
-                0 <= first <= self._window_start(n_past) and last == n_past - 1,
-                f"sequence {seq} ({who}) holds [{first}, {last}], expected [0, {n_past - 1}]",
-            )
-
-
-def _expect(ok: bool, message: str) -> None:
-    if not ok:
-        raise InvariantError(message)
+    def window_start(self, position: int) -> int:
+        """The first position that the token at `position` attends to (0 without a sliding
+        window): a sequence may have lost the cells before it."""
+        n_swa = self.kv.n_swa
+        return max(0, position + 1 - n_swa) if n_swa > 0 else 0

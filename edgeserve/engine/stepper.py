@@ -17,10 +17,10 @@ from concurrent.futures import Executor
 from edgeserve.engine.adapters import Adapter, AdapterCatalog, RuntimeLoading
 from edgeserve.engine.generating import Generating
 from edgeserve.engine.inbox import Inbox
+from edgeserve.engine.invariants import InvariantError
 from edgeserve.engine.jobs import AnyJob
 from edgeserve.engine.loaded import Loaded
 from edgeserve.engine.planning import EmbedPlan, MediaPlan, ScorePlan
-from edgeserve.engine.policy import InvariantError
 from edgeserve.engine.ports import Backend
 from edgeserve.engine.score_steps import ScoreSteps
 from edgeserve.engine.step_cost import CALIBRATION_ROWS

@@ -15,8 +15,9 @@ from functools import partial
 import pytest
 
 from edgeserve.engine import worker
+from edgeserve.engine.invariants import InvariantError
 from edgeserve.engine.jobs import Job, JobState, Prompt, ScoreJob, Sink
-from edgeserve.engine.policy import InvariantError, Scheduler
+from edgeserve.engine.policy import Scheduler
 from edgeserve.engine.step_cost import StepCost
 from edgeserve.engine.types import (
     AdapterSet,
