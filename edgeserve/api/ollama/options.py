@@ -6,7 +6,6 @@ ignored, as Ollama ignores options it does not know."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Final
 
 from edgeserve.api.common.sampling import INT32_MAX, check_max_tokens, check_range, stop_strings
@@ -28,19 +27,12 @@ _FLOATS: Final = (
 _INTS: Final = ("top_k", "seed", "num_predict", "num_ctx")
 
 
-@dataclass(frozen=True)
-class Options:
-    """A request's options, checked: the sampling, and the context it asked for (None: the
-    model's)."""
-
-    params: SamplingParams
-    num_ctx: int | None
-
-
-def read_options(options: dict[str, Any] | None, limits: Limits) -> Options:
+def read_options(options: dict[str, Any] | None, limits: Limits) -> SamplingParams:
     """`options` as sampling parameters: 400 (Ollama's words) for a value of the wrong type,
     then the ranges. num_predict ≤ 0 means no limit but the context's, as at Ollama; a
-    negative seed means none."""
+    negative seed means none. `num_ctx` is checked and changes nothing: the context is the
+    loaded model's (--ctx-size; clients send the GGUF's training context, as llama-index's
+    does by default, and Ollama caps what the model cannot hold)."""
     given = dict(options or {})
     values: dict[str, Any] = {}
     for name in _FLOATS:
@@ -77,7 +69,7 @@ def read_options(options: dict[str, Any] | None, limits: Limits) -> Options:
         "presence_penalty": values.get("presence_penalty"),
         "frequency_penalty": values.get("frequency_penalty"),
     }
-    params = SamplingParams(
+    return SamplingParams(
         max_tokens=max_tokens,
         temperature=merged["temperature"],
         top_p=merged["top_p"],
@@ -85,14 +77,6 @@ def read_options(options: dict[str, Any] | None, limits: Limits) -> Options:
         stop=stop_strings(stop),
         **{name: value for name, value in optional.items() if value is not None},
     )
-    return Options(params, num_ctx)
-
-
-def check_context(num_ctx: int | None, n_ctx: int) -> None:
-    """400 when the request asks for a larger context than the model was loaded with; a
-    smaller one is accepted (the model's context is not shrunk for one request)."""
-    if num_ctx is not None and num_ctx > n_ctx:
-        raise bad(Detail.OLLAMA_NUM_CTX_TOO_LARGE.format(value=num_ctx, n_ctx=n_ctx))
 
 
 def _number(name: str, value: Any) -> float:

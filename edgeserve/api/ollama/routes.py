@@ -14,7 +14,6 @@ from edgeserve.api.common.generating_api import GenerationWork, TokenUsage
 from edgeserve.api.ollama.catalogue_routes import no_registry, ps, show, tags, version
 from edgeserve.api.ollama.embed import embed, embeddings
 from edgeserve.api.ollama.names import served_name
-from edgeserve.api.ollama.options import check_context
 from edgeserve.api.ollama.render import Kind, OllamaRenderer, error_body
 from edgeserve.api.ollama.translate import OllamaWork, prepare_chat, prepare_generate
 from edgeserve.api.ollama.wire import ChatRequest, GenerateRequest, GenerationRequest
@@ -28,10 +27,9 @@ from edgeserve.errors import ApiError, EngineError
 
 @dataclass(frozen=True)
 class OllamaGeneration(GenerationWork):
-    """The engine work of a chat or generate request, the context it asked for, and what it
-    did instead when it ran nothing ("load" or "unload")."""
+    """The engine work of a chat or generate request, and what it did instead when it ran
+    nothing ("load" or "unload")."""
 
-    num_ctx: int | None = None
     idle: str | None = None
 
 
@@ -60,7 +58,6 @@ class OllamaApi:
             (work.request,),
             stream=req.stream is not False,  # Ollama streams unless told not to
             tools=work.tools,
-            num_ctx=work.num_ctx,
         )
 
     def admission_error(self, work: GenerationWork, exc: EngineError, position: int) -> ApiError:
@@ -70,11 +67,7 @@ class OllamaApi:
     async def renderer(
         self, req: GenerationRequest, work: OllamaGeneration, call: Call, usage: TokenUsage
     ) -> OllamaRenderer:
-        """Ollama's objects, named as the request named the model; a context larger than the
-        model's is refused here, where the model is known."""
-        stats = call.engine.stats()
-        if stats.loaded:
-            check_context(work.num_ctx, stats.n_ctx)
+        """Ollama's objects, named as the request named the model."""
         model = req.model or call.model_name
         return OllamaRenderer(self._kind, model, call.record, usage.prompt_tokens, work.idle)
 

@@ -19,22 +19,21 @@ from edgeserve.api.common.media import (
 )
 from edgeserve.api.common.output_grammar import json_answer_grammar
 from edgeserve.api.common.wire import Role
-from edgeserve.api.ollama.options import Options, read_options
+from edgeserve.api.ollama.options import read_options
 from edgeserve.api.ollama.wire import ChatRequest, GenerateRequest, GenerationRequest, Message
 from edgeserve.api.reference.detail import Detail
 from edgeserve.api.reference.limits import Limits, bad, check_unicode
-from edgeserve.engine.types import MEDIA_MARKER, ChatPrompt, GrammarSpec
+from edgeserve.engine.types import MEDIA_MARKER, ChatPrompt, GrammarSpec, SamplingParams
 from edgeserve.engine.types import GenerationRequest as EngineRequest
 
 
 @dataclass(frozen=True)
 class OllamaWork:
     """A checked request: its engine request (None when it only loads or unloads the model),
-    whether its answer is read for tool calls, and the context it asked for."""
+    and whether its answer is read for tool calls."""
 
     request: EngineRequest | None
     tools: bool
-    num_ctx: int | None
 
 
 async def prepare_chat(req: ChatRequest, limits: Limits) -> OllamaWork:
@@ -43,7 +42,7 @@ async def prepare_chat(req: ChatRequest, limits: Limits) -> OllamaWork:
     stand before its text."""
     options = _common_checks(req, limits)
     if not req.messages:
-        return OllamaWork(None, False, options.num_ctx)
+        return OllamaWork(None, False)
     check_media_count(sum(len(m.images or ()) for m in req.messages), limits)
     system = [m.content or "" for m in req.messages if m.role == "system"]
     placed = [(i, _turn(m, i, limits)) for i, m in enumerate(req.messages) if m.role != "system"]
@@ -56,8 +55,8 @@ async def prepare_chat(req: ChatRequest, limits: Limits) -> OllamaWork:
     functions = [(t.function.name, t.function.parameters) for t in req.tools or ()]
     grammar = await _grammar(req, functions)
     prompt = ChatPrompt(await read_turns(turns, limits), "\n\n".join(system) or None, tools)
-    params = replace(options.params, grammar=grammar)
-    return OllamaWork(EngineRequest(prompt=prompt, params=params), bool(functions), options.num_ctx)
+    params = replace(options, grammar=grammar)
+    return OllamaWork(EngineRequest(prompt=prompt, params=params), bool(functions))
 
 
 async def prepare_generate(req: GenerateRequest, limits: Limits) -> OllamaWork:
@@ -74,23 +73,23 @@ async def prepare_generate(req: GenerateRequest, limits: Limits) -> OllamaWork:
         raise bad(Detail.OLLAMA_CONTEXT_UNSUPPORTED)
     images = req.images or []
     if not req.prompt and not images:
-        return OllamaWork(None, False, options.num_ctx)
+        return OllamaWork(None, False)
     if req.raw and (images or req.system):
         raise bad(Detail.OLLAMA_RAW_WITH_EXTRAS)
     check_unicode([("model", req.model), ("prompt", req.prompt), ("system", req.system)])
     grammar = await _grammar(req, [])
-    params = replace(options.params, grammar=grammar)
+    params = replace(options, grammar=grammar)
     if req.raw:
         request = EngineRequest(prompt=req.prompt or "", params=params)
-        return OllamaWork(request, False, options.num_ctx)
+        return OllamaWork(request, False)
     check_media_count(len(images), limits)
     sources = tuple(_image(data, f"images[{i}]", limits) for i, data in enumerate(images))
     turn = PendingTurn(Role.USER.value, MEDIA_MARKER * len(sources) + (req.prompt or ""), sources)
     prompt = ChatPrompt(await read_turns([turn], limits), req.system or None)
-    return OllamaWork(EngineRequest(prompt=prompt, params=params), False, options.num_ctx)
+    return OllamaWork(EngineRequest(prompt=prompt, params=params), False)
 
 
-def _common_checks(req: GenerationRequest, limits: Limits) -> Options:
+def _common_checks(req: GenerationRequest, limits: Limits) -> SamplingParams:
     """`think` (refused when asked for: no model here thinks apart from its answer), the
     options, then `format` (checked in `_grammar`)."""
     if req.think not in (None, False, "", "false"):

@@ -327,10 +327,6 @@ class Detail:
     OLLAMA_MODEL_REQUIRED = "model is required"
     OLLAMA_MODEL_NOT_FOUND = "model '{name}' not found"
     OLLAMA_OPTION_TYPE = 'option "{name}" must be of type {kind}'
-    OLLAMA_NUM_CTX_TOO_LARGE = (
-        'option "num_ctx" is {value}, more than the {n_ctx} tokens of context this model is '
-        "loaded with (--ctx-size); ask for {n_ctx} or less, or leave num_ctx out."
-    )
     OLLAMA_NO_THINKING = "{model} does not support thinking"
     OLLAMA_FORMAT_INVALID = 'invalid format: {value}; expected "json" or a valid JSON Schema object'
     OLLAMA_FORMAT_UNUSABLE = (
