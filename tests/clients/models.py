@@ -19,6 +19,8 @@ class City(BaseModel):
 
 
 CITY_PROMPT = "Name the capital of France and its country."
+HELLO_PROMPT = "Say hello in one word."
+COUNT_PROMPT = "Count from one to five."
 WEATHER_PARAMETERS = {
     "type": "object",
     "properties": {"city": {"type": "string", "maxLength": 20}},

@@ -14,14 +14,19 @@ from langchain_ollama import ChatOllama
 
 from edgeserve import grammars
 from edgeserve.engine.types import ChatPrompt, ChatTurn, GrammarSpec
-from tests.clients.models import CITY_PROMPT, WEATHER_PROMPT, City, get_weather
+from tests.clients.models import (
+    CITY_PROMPT,
+    COUNT_PROMPT,
+    HELLO_PROMPT,
+    WEATHER_PROMPT,
+    City,
+    get_weather,
+)
 from tests.sdk.test_ollama_sdk import CALL_FORMAT, MODEL, call_grammar, engine_answer, host
 
 pytestmark = pytest.mark.needs_model
 
 TOKENS = 8
-HELLO = "Say hello in one word."
-COUNT = "Count from one to five."
 
 
 @pytest.fixture
@@ -60,15 +65,15 @@ def user(text: str, tools: str | None = None) -> ChatPrompt:
 
 
 async def test_invoke_and_stream(chat_ollama, engine):
-    text, end, prompt_tokens = await engine_answer(engine, user(HELLO), TOKENS)
+    text, end, prompt_tokens = await engine_answer(engine, user(HELLO_PROMPT), TOKENS)
     llm = await chat_ollama()
-    message = await llm.ainvoke(HELLO)
+    message = await llm.ainvoke(HELLO_PROMPT)
     assert message.content == text
     assert message.response_metadata["done_reason"] == end.reason
     usage = message.usage_metadata
     assert (usage["input_tokens"], usage["output_tokens"]) == (prompt_tokens, end.completion_tokens)
-    counted, _, _ = await engine_answer(engine, user(COUNT), TOKENS)
-    chunks = [chunk async for chunk in llm.astream(COUNT)]
+    counted, _, _ = await engine_answer(engine, user(COUNT_PROMPT), TOKENS)
+    chunks = [chunk async for chunk in llm.astream(COUNT_PROMPT)]
     assert len(chunks) > 2 and "".join(chunk.content for chunk in chunks) == counted
 
 

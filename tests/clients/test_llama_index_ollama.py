@@ -17,31 +17,21 @@ from llama_index.llms.ollama import Ollama
 
 from edgeserve import grammars
 from edgeserve.engine.types import ChatPrompt, ChatTurn, GrammarSpec
-from tests.clients.models import CITY_PROMPT, City
+from tests.clients.models import CITY_PROMPT, COUNT_PROMPT, HELLO_PROMPT, City
 from tests.sdk.test_ollama_sdk import MODEL, engine_answer, host
 
 pytestmark = pytest.mark.needs_model
 
 TOKENS = 8
-HELLO = "Say hello in one word."
-COUNT = "Count from one to five."
 
 
 @pytest.fixture
-async def made() -> AsyncIterator[list[Ollama]]:
-    """The Ollama instances a test made, their HTTP clients closed after it."""
+async def llama_index_ollama(server: Any) -> AsyncIterator[Callable[..., Awaitable[Ollama]]]:
+    """Makes Ollama LLMs of `server` with their default context window, which each learns
+    from /api/show through its blocking client: read on a thread, as the loop serving it must
+    keep running (an application calls it from its own thread). Their clients close after
+    the test."""
     instances: list[Ollama] = []
-    yield instances
-    for llm in instances:
-        llm.client._client.close()
-        await llm.async_client._client.aclose()
-
-
-@pytest.fixture
-def llama_index_ollama(server: Any, made: list[Ollama]) -> Callable[..., Awaitable[Ollama]]:
-    """An Ollama LLM of `server` with its default context window, which it learns from
-    /api/show through its blocking client: read on a thread, as the loop serving it must keep
-    running (an application calls it from its own thread)."""
 
     async def make(tokens: int = TOKENS) -> Ollama:
         llm = Ollama(
@@ -51,11 +41,14 @@ def llama_index_ollama(server: Any, made: list[Ollama]) -> Callable[..., Awaitab
             request_timeout=60,
             additional_kwargs={"num_predict": tokens},
         )
-        made.append(llm)
+        instances.append(llm)
         await asyncio.to_thread(llm.get_context_window)
         return llm
 
-    return make
+    yield make
+    for llm in instances:
+        llm.client._client.close()
+        await llm.async_client._client.aclose()
 
 
 def user(text: str) -> ChatPrompt:
@@ -67,8 +60,8 @@ async def test_the_context_window_is_the_model_s_and_requests_carrying_it_are_se
 ):
     llm = await llama_index_ollama()
     assert llm.context_window == 32768 > engine.stats().n_ctx  # gemma3.context_length
-    text, end, prompt_tokens = await engine_answer(engine, user(HELLO), TOKENS)
-    response = await llm.achat([ChatMessage(role="user", content=HELLO)])
+    text, end, prompt_tokens = await engine_answer(engine, user(HELLO_PROMPT), TOKENS)
+    response = await llm.achat([ChatMessage(role="user", content=HELLO_PROMPT)])
     assert response.message.content == text
     usage = response.raw["usage"]
     assert (usage["prompt_tokens"], usage["completion_tokens"]) == (
@@ -79,12 +72,12 @@ async def test_the_context_window_is_the_model_s_and_requests_carrying_it_are_se
 
 async def test_streamed_chat_and_completion(llama_index_ollama, engine):
     llm = await llama_index_ollama()
-    counted, _, _ = await engine_answer(engine, user(COUNT), TOKENS)
-    stream = await llm.astream_chat([ChatMessage(role="user", content=COUNT)])
+    counted, _, _ = await engine_answer(engine, user(COUNT_PROMPT), TOKENS)
+    stream = await llm.astream_chat([ChatMessage(role="user", content=COUNT_PROMPT)])
     deltas = [part.delta async for part in stream]
     assert len(deltas) > 2 and "".join(d or "" for d in deltas) == counted
-    hello, _, _ = await engine_answer(engine, user(HELLO), TOKENS)
-    completion = await llm.acomplete(HELLO)
+    hello, _, _ = await engine_answer(engine, user(HELLO_PROMPT), TOKENS)
+    completion = await llm.acomplete(HELLO_PROMPT)
     assert completion.text == hello
 
 
