@@ -42,6 +42,7 @@ from tests.conftest import VISION_PARALLEL as PARALLEL
 from tests.conftest import vision_config
 from tests.fixtures.tiny_projector import IMAGE_TOKENS, wav_bytes, write_tiny_projector
 from tests.integration.engine_idle import assert_engine_idle
+from tests.integration.engine_run import collect
 from tests.integration.vision import chat, image_bytes, image_turn, llama_cpp_logits
 
 NO_END = {1: -100.0, 106: -100.0, 212: -100.0}  # Gemma's end-of-generation tokens banned
@@ -79,15 +80,7 @@ def fresh_engine(model_path: Path, projector: Path) -> Iterator[Engine]:
 
 
 async def run(engine: Engine, request: GenerationRequest) -> tuple[str, Finished]:
-    text, finished = "", None
-    async with EngineClient(engine).generate(request) as generation:
-        await generation.submit()
-        async for event in generation.events():
-            if isinstance(event, TextDelta):
-                text += event.text
-            elif isinstance(event, Finished):
-                finished = event
-    assert finished is not None
+    text, finished, _ = await collect(engine, request)
     return text, finished
 
 

@@ -29,9 +29,9 @@ from edgeserve.engine.types import (
     GenerationRequest,
     GrammarSpec,
     SamplingParams,
-    TextDelta,
 )
 from edgeserve.http.app import create_app
+from tests.integration.engine_run import collect
 from tests.integration.vision import chat, image_bytes, image_turn
 from tests.sdk.conftest import TIMEOUT_S
 
@@ -99,16 +99,7 @@ async def engine_answer(
 ) -> tuple[str, Finished, int]:
     """The engine's own greedy answer (no HTTP): its text, its end and the prompt's tokens."""
     params = SamplingParams(max_tokens=tokens, temperature=0, grammar=grammar)
-    text, end = "", None
-    async with EngineClient(engine).generate(GenerationRequest(prompt, params)) as generation:
-        info = await generation.submit()
-        async for event in generation.events():
-            if isinstance(event, TextDelta):
-                text += event.text
-            elif isinstance(event, Finished):
-                end = event
-    assert end is not None
-    return text, end, info.prompt_tokens
+    return await collect(engine, GenerationRequest(prompt, params))
 
 
 def user(text: str) -> ChatPrompt:
