@@ -25,6 +25,10 @@ CMAKE_ARGS_cpu := -DLLAVA_BUILD=ON -DMTMD_VIDEO=OFF -DGGML_NATIVE=ON
 CMAKE_ARGS_cuda := -DLLAVA_BUILD=ON -DMTMD_VIDEO=OFF -DGGML_CUDA=ON $(if $(CUDA_ARCH),-DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCH))
 CMAKE_ARGS_metal := -DLLAVA_BUILD=ON -DMTMD_VIDEO=OFF -DGGML_METAL=ON
 LLAMA_CMAKE_ARGS ?= $(CMAKE_ARGS_$(BACKEND))
+# A CUDA build also gets the compiler, cuBLAS and driver found (or fetched into CUDA_TOOLKITS, a
+# build-only folder) by deploy/cuda.py; the runtime wheels it needs go into the venv with it.
+CUDA_TOOLKITS ?= $(HOME)/.cache/edgeserve/cuda
+FOUND_ARGS_cuda = $$($(PY) deploy/cuda.py cmake-args --toolkits $(CUDA_TOOLKITS) --record $(LLAMA_WHEELS))
 # AMX tile code faults under some hypervisors (Firecracker) and repacks the weights a second
 # time in RAM, so x86-64 builds leave it out. Override with LLAMA_CFLAGS= to keep it.
 ifeq ($(ARCH),x86_64)
@@ -47,7 +51,7 @@ EXEC := $(if $(filter 1,$(BUNDLE)),$(BUNDLE_DIR)/edgeserve,$(abspath $(VENV))/bi
 SYSTEMD_PATHS = -e 's|/opt/edgeserve/.venv/bin/edgeserve|$(EXEC)|g' \
 	-e 's|/opt/edgeserve/.venv|$(abspath $(VENV))|g' -e 's|/opt/edgeserve|$(APP_DIR)|g'
 
-.PHONY: help serve test test-unit test-tools lint model install install-test install-cuda install-metal install-systemd dist clean
+.PHONY: help serve test test-cuda test-unit test-tools lint model install install-test install-cuda install-metal install-systemd dist clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -55,8 +59,13 @@ help: ## list the targets
 serve: install model ## set up everything (venv, build, default model) and serve on $(HOST):$(PORT)
 	$(VENV)/bin/edgeserve serve --model $(MODEL) --host $(HOST) --port $(PORT)
 
-test: install-test model test-tools ## set up what the tests need and run the whole suite
-	$(PY) -m pytest $(PYTEST_ARGS)
+test: install-test model test-tools ## set up what the tests need and run the whole suite (but tests/cuda)
+	$(PY) -m pytest --ignore=tests/cuda $(PYTEST_ARGS)
+
+# The CUDA wheel started without a GPU (tests/cuda): it installs that wheel into a venv of its
+# own, so it runs apart from `make test`; it skips, saying so, until `make install-cuda` built it.
+test-cuda: install-test model ## the CUDA build on this machine (after make install-cuda; no GPU needed)
+	$(PY) -m pytest tests/cuda $(PYTEST_ARGS)
 
 # The deploy tests drive nginx and haproxy, the TLS tests make certificates with openssl, the
 # chat page's tests drive headless Chromium (through Playwright, never a browser it downloads);
@@ -87,7 +96,7 @@ test-unit: install-test ## only the fast tests that need no model
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 lint: install-test ## ruff over the package and the tests
-	$(VENV)/bin/ruff check edgeserve tests bench
+	$(VENV)/bin/ruff check edgeserve tests bench deploy
 
 model: $(MODEL) ## install the default model (Gemma 3 270M Q4_K_M) into models/
 
@@ -99,7 +108,7 @@ install: $(VENV)/.installed ## create the venv and install edgeserve (CPU build 
 
 install-test: $(VENV)/.installed-test ## install and add the test dependencies
 
-install-cuda: ## rebuild llama-cpp-python with CUDA (CUDA_ARCH=87 on Jetson Orin; nvcc on PATH)
+install-cuda: ## rebuild llama-cpp-python with CUDA (CUDA_ARCH=87 on Jetson Orin; nvcc found or fetched)
 	$(MAKE) install BACKEND=cuda
 
 install-metal: ## rebuild llama-cpp-python with Metal (Apple silicon)
@@ -130,7 +139,8 @@ $(VENV)/bin/python:
 $(LLAMA_WHEELS)/.built: | $(VENV)/bin/python
 	@echo "building llama-cpp-python $(LLAMA_VERSION) ($(BACKEND): $(LLAMA_CMAKE_ARGS)); this takes a few minutes once"
 	mkdir -p $(LLAMA_WHEELS)
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CFLAGS="$(LLAMA_CFLAGS)" CXXFLAGS="$(LLAMA_CFLAGS)" \
+	found=$(FOUND_ARGS_$(BACKEND)) && \
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS) $$(echo $$found)" CFLAGS="$(LLAMA_CFLAGS)" CXXFLAGS="$(LLAMA_CFLAGS)" \
 	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc 2>/dev/null || sysctl -n hw.ncpu) \
 	$(PIP) wheel --no-deps --no-cache-dir --no-binary llama-cpp-python -w $(LLAMA_WHEELS) \
 		"llama-cpp-python==$(LLAMA_VERSION)"
@@ -138,6 +148,7 @@ $(LLAMA_WHEELS)/.built: | $(VENV)/bin/python
 
 $(VENV)/.llama-$(BACKEND)-$(LLAMA_KEY): $(LLAMA_WHEELS)/.built
 	$(PIP) install -q --force-reinstall --no-deps $(LLAMA_WHEELS)/llama_cpp_python-*.whl
+	! test -s $(LLAMA_WHEELS)/requirements.txt || $(PIP) install -q -r $(LLAMA_WHEELS)/requirements.txt
 	rm -f $(VENV)/.llama-* && touch $@
 	printf 'BACKEND ?= %s\nCUDA_ARCH ?= %s\n' '$(BACKEND)' '$(CUDA_ARCH)' > $(VENV)/.backend.mk
 
@@ -181,17 +192,22 @@ BASELINE ?= auto
 MODEL2 ?= smollm2
 MODEL_CACHE ?= $(HOME)/.cache/edgeserve/models
 BASELINE_DIR ?= $(HOME)/.cache/edgeserve/baseline
-LLAMACPP_DIR ?= $(HOME)/.cache/edgeserve/llamacpp
-BENCH_VENV ?= $(HOME)/.cache/edgeserve/bench-venv
+# A CUDA venv (install-cuda, gpu-check) has its own anchors, built for CUDA_ARCH with the
+# compiler and cuBLAS deploy/cuda.py finds, and its own bench venv.
+GPU_SUFFIX := $(if $(filter cuda,$(BACKEND)),-cuda)
+LLAMACPP_DIR ?= $(HOME)/.cache/edgeserve/llamacpp$(GPU_SUFFIX)
+BENCH_VENV ?= $(HOME)/.cache/edgeserve/bench-venv$(GPU_SUFFIX)
 BENCH_PY := $(BENCH_VENV)/bin/python
-LLAMACPP_KEY := $(shell echo "$(LLAMA_VERSION)|anchors|$(LLAMA_CFLAGS)|$(ARCH)|$(CPU_NAME)" | sha256sum | cut -c1-12)
+LLAMACPP_KEY := $(shell echo "$(LLAMA_VERSION)|anchors|$(LLAMA_CFLAGS)|$(ARCH)|$(CPU_NAME)$(GPU_SUFFIX:-%=|%|$(CUDA_ARCH))" | sha256sum | cut -c1-12)
+ANCHOR_DEFINES_cuda = --define GGML_CUDA=ON $$($(PY) deploy/cuda.py cmake-args --arch "$(CUDA_ARCH)" \
+	--toolkits $(CUDA_TOOLKITS) --record $(LLAMACPP_DIR) | sed 's/^/--define /')
 # The bench's own packages (gguf: the images workload writes the tests' tiny projector); a
 # change to the list reinstalls them.
 BENCH_DEPS := aiohttp matplotlib gguf==0.19.0
 BENCH_KEY := $(LLAMA_KEY)-$(shell echo "$(BENCH_DEPS)" | sha256sum | cut -c1-8)
 ARGS ?=
 
-.PHONY: bench bench-quick
+.PHONY: bench bench-quick gpu-check
 
 bench: install model $(LLAMACPP_DIR)/.built-$(LLAMACPP_KEY) $(BENCH_VENV)/.installed-$(BENCH_KEY) ## edgeserve vs its previous version (BASELINE=auto|<rev>|none), llama-server, llama-bench, llama_cpp.server, on MODEL and MODEL2 (ARGS=--quick …)
 	baseline=$$($(PY) -m bench.baseline --rev "$(BASELINE)" --dir $(BASELINE_DIR) \
@@ -204,7 +220,8 @@ bench-quick: ## make bench ARGS=--quick: the same comparison in a minute or two
 	$(MAKE) bench ARGS="--quick $(ARGS)"
 
 $(LLAMACPP_DIR)/.built-$(LLAMACPP_KEY): | $(VENV)/bin/python
-	$(PY) -m bench.build --dir $(LLAMACPP_DIR) --version $(LLAMA_VERSION) --cflags "$(LLAMA_CFLAGS)"
+	$(PY) -m bench.build --dir $(LLAMACPP_DIR) --version $(LLAMA_VERSION) --cflags "$(LLAMA_CFLAGS)" \
+		$(ANCHOR_DEFINES_$(BACKEND))
 	rm -f $(LLAMACPP_DIR)/.built-* && touch $@
 
 $(BENCH_VENV)/.installed-$(BENCH_KEY): $(LLAMA_WHEELS)/.built
@@ -213,4 +230,19 @@ $(BENCH_VENV)/.installed-$(BENCH_KEY): $(LLAMA_WHEELS)/.built
 	whl=$$(ls $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl) && \
 	$(BENCH_PY) -m pip install -q "$$whl[server]" $(BENCH_DEPS) && \
 	$(BENCH_PY) -m pip install -q --force-reinstall --no-deps "$$whl"
+	! test -s $(LLAMA_WHEELS)/requirements.txt || $(BENCH_PY) -m pip install -q -r $(LLAMA_WHEELS)/requirements.txt
 	rm -f $(BENCH_VENV)/.installed-* && touch $@
+
+# `make gpu-check`, for the day an NVIDIA GPU is at hand: the CUDA build for that GPU (CUDA_ARCH,
+# else the first GPU's compute capability from nvidia-smi) into this venv, deploy/gpu_check.py
+# (the default model served with every layer offloaded, /health must say so: on a machine
+# without a GPU it stops here), then the speed workloads on both models side by side with
+# llama-server built for CUDA from the same sdist (ARGS adds bench flags).
+GPU_ARCH = $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
+CHECK_ARCH = $(or $(CUDA_ARCH),$(GPU_ARCH))
+
+gpu-check: model ## on an NVIDIA GPU: CUDA build, offload checked, speed beside llama-server for CUDA (a few minutes after the builds)
+	$(MAKE) install-cuda CUDA_ARCH=$(CHECK_ARCH)
+	$(PY) deploy/gpu_check.py --model $(MODEL) --edgeserve $(VENV)/bin/edgeserve
+	$(MAKE) bench BACKEND=cuda CUDA_ARCH=$(CHECK_ARCH) BASELINE=none \
+		ARGS="--quick --speed-only --servers edgeserve,llama-server $(ARGS)"

@@ -121,6 +121,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="run the long-prompt workload alone (on both models; with --model2-only on the "
         "second)",
     )
+    p.add_argument(
+        "--speed-only",
+        action="store_true",
+        help="run the speed workloads alone: the load levels and long prompts, on both models "
+        "(make gpu-check)",
+    )
     p.add_argument("--threads", type=int, default=physical_cores())
     p.add_argument("--ctx-size", type=int, default=4096, help="KV cells, as edgeserve's default")
     p.add_argument("--concurrency", default="1,4,8", help="comma-separated stream counts")
@@ -253,7 +259,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--models-only and --no-models exclude each other")
     if args.documents_only and args.no_documents:
         p.error("--documents-only and --no-documents exclude each other")
-    alone = [f"--{name}-only" for name in (*ONLY_WORKLOADS, "long-prompt", "model2")
+    alone = [f"--{name}-only" for name in (*ONLY_WORKLOADS, "long-prompt", "model2", "speed")
              if getattr(args, f"{name.replace('-', '_')}_only")]  # fmt: skip
     if len(alone) > 1 and alone != ["--long-prompt-only", "--model2-only"]:
         p.error(f"{' and '.join(alone)} exclude each other")
@@ -404,7 +410,7 @@ class Bench:
                     await self.level(servers, model, i, c)
                 if not a.no_long_prompt:
                     await self.long_prompt(servers, model)
-        if not (a.model2_only or a.long_prompt_only):
+        if not (a.model2_only or a.long_prompt_only or a.speed_only):
             with Servers(self.setup) as servers:
                 if self.only is None:
                     await self.long_context(servers)

@@ -100,11 +100,14 @@ def fetch_sources(root: Path, version: str) -> None:
     marker.write_text(version + "\n")
 
 
-def build(root: Path, version: str, cflags: str, native: bool = True) -> Path:
-    """Make sure DIR/build/bin has the anchors; return that folder."""
+def build(
+    root: Path, version: str, cflags: str, native: bool = True, extra: dict[str, str] | None = None
+) -> Path:
+    """Make sure DIR/build/bin has the anchors, built with `extra` CMake cache entries too (a
+    CUDA build's); return that folder."""
     root = root.expanduser()
     root.mkdir(parents=True, exist_ok=True)
-    options = cmake_options(cflags, native)
+    options = {**cmake_options(cflags, native), **(extra or {})}
     bindir = root / "build" / "bin"
     if reusable(root, options):
         print(f"llama.cpp anchors: reusing {bindir}")
@@ -135,8 +138,13 @@ def main() -> None:
         "--cflags", default="", help="C and C++ flags (the Makefile's LLAMA_CFLAGS)"
     )
     parser.add_argument("--no-native", action="store_true", help="GGML_NATIVE=OFF")
+    parser.add_argument(
+        "--define", action="append", default=[], metavar="NAME=VALUE",
+        help="one more CMake cache entry (GGML_CUDA=ON …); repeatable",
+    )  # fmt: skip
     args = parser.parse_args()
-    build(args.dir, args.version, args.cflags, native=not args.no_native)
+    extra = dict(d.removeprefix("-D").split("=", 1) for d in args.define)
+    build(args.dir, args.version, args.cflags, native=not args.no_native, extra=extra)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger = logging.getLogger(ROOT)
     for message in config.warnings(settings):
         logger.warning(message)
+    from edgeserve.engine.llama.library import load_error
+
+    if (reason := load_error()) is not None:
+        print(f"edgeserve: error: llama.cpp does not load: {reason}", file=sys.stderr)
+        return 2
     try:
         # Imported here so that bad settings are reported before aiohttp and llama.cpp load.
         from edgeserve.http.server import serve

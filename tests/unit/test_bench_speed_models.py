@@ -4,10 +4,12 @@ comparison of the new figures with the previous release (bench/report.py, bench/
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
 
+import bench.__main__ as bench_main
 from bench import load, long_prompt, lora, report
 from bench.__main__ import Bench, parse_args
 from bench.anchors import EDGESERVE, EDGESERVE_BASELINE, LLAMA_SERVER
@@ -253,3 +255,26 @@ def test_the_overhead_s_noise_is_its_rounds_spread_and_sampled_runs_have_their_o
     assert greedy.ours == pytest.approx(1000 / 185 - 5)  # from the median tok/s
     assert greedy.noise == pytest.approx((rounds[0] - rounds[1]) / (sum(rounds) / 2))
     assert figures[f"{SMOL} c=1 sampled overhead ms/token"].ours == pytest.approx(5.0)
+
+
+async def test_speed_only_runs_the_levels_and_long_prompts_on_both_models_and_nothing_else(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """make gpu-check's bench: --speed-only (the workload methods recorded, no server started)."""
+    smol = vocab_gguf(tmp_path / "smol.gguf")
+    args = parse_args(["--model", str(model), "--out", str(tmp_path), "--speed-only"])
+    bench = Bench(args, smol)
+    called: list[str] = []
+    monkeypatch.setattr(bench_main, "Servers", lambda setup: contextlib.nullcontext())
+    for name in ("level", "long_prompt", "long_context", "embeddings", "grounded", "images",
+                 "lora", "documents", "several_models"):  # fmt: skip
+
+        async def record(*_args, name=name, **_kwargs) -> None:
+            called.append(name)
+
+        monkeypatch.setattr(bench, name, record)
+    monkeypatch.setattr(bench_main.report, "summarize", lambda results: {})
+    await bench.run()
+    assert called == ["level"] * 3 + ["long_prompt"] + ["level"] * 3 + ["long_prompt"]
+    with pytest.raises(SystemExit):
+        parse_args(["--model", str(model), "--speed-only", "--documents-only"])

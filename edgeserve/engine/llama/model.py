@@ -23,6 +23,7 @@ from edgeserve.engine.llama.native_log import (
     flash_attention,
     init_backend,
     native_complaints,
+    report_missing_gpu,
 )
 from edgeserve.engine.llama.pages import (
     ScratchBuffer,
@@ -128,6 +129,7 @@ class LoadedModel(Vocabulary):
         self._stack.callback(self._free_contexts)
         self._open(pooling)
         self.gpu_offload = bool(lc.llama_supports_gpu_offload())
+        report_missing_gpu(self.gpu_offload)
         self.n_gpu_layers = min(self.n_layer + 1, mparams.n_gpu_layers) if self.gpu_offload else 0
         log.info(
             "loaded %s: %d layers, vocab %d, n_ctx %d, %d sequences, %d threads, "

@@ -14,6 +14,8 @@ from typing import Any
 
 import llama_cpp as lc
 
+from edgeserve import cuda_runtime
+
 _llama_log = logging.getLogger("edgeserve.llama")
 
 # ggml levels: 1 debug, 2 info (chatty load details, kept at debug here), 3 warn, 4 error, 5 cont.
@@ -33,6 +35,11 @@ _late_reserves: dict[int, int] = {}
 # ("flash_attn = auto|enabled|disabled"), then, for auto, what the backend resolved it to
 # ("Flash Attention enabled", "Flash Attention not supported, set to disabled").
 _flash_attn_words: list[str] | None = None
+# A CUDA build's complaint that it found no usable device (no GPU, no driver): kept, not logged,
+# for the one line report_missing_gpu writes.
+_CUDA_INIT_FAILED = re.compile(r"\bggml_cuda_init: failed to initialize CUDA: (.+)")
+_cuda_failure: str | None = None
+_gpu_reported = False
 _FLASH_ATTN = re.compile(
     r"\bflash_attn +=\s*(auto|enabled|disabled)\b|\bFlash Attention (enabled|not supported)\b"
 )
@@ -43,6 +50,10 @@ def _on_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
     """Route llama.cpp's own log lines into the `edgeserve.llama` logger."""
     py_level = _LEVELS.get(level, logging.DEBUG)
     line = text.decode("utf-8", "replace").rstrip()
+    if match := _CUDA_INIT_FAILED.search(line):
+        global _cuda_failure
+        _cuda_failure = match[1]
+        return
     if match := _KV_BUFFER.search(line):
         if _host_buffers is not None:
             _host_buffers.kv.append(_bytes(match[1]))
@@ -90,6 +101,18 @@ def init_backend() -> None:
         lc.llama_log_set(_on_llama_log, ctypes.c_void_p(0))
         lc.llama_backend_init()
         _backend_ready = True
+
+
+def report_missing_gpu(offloads: bool) -> None:
+    """Once per process, for a CUDA build that found no device: one warning that it serves on
+    the CPU, with CUDA's reason."""
+    global _gpu_reported
+    if offloads or _gpu_reported or not cuda_runtime.llama_has_cuda():
+        return
+    _gpu_reported = True
+    _llama_log.warning(
+        "no CUDA device found (%s): serving on the CPU", _cuda_failure or "CUDA lists none"
+    )
 
 
 @contextlib.contextmanager
