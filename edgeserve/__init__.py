@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-# Before anything loads llama.cpp: CUDA libraries a CUDA build takes from NVIDIA's wheels.
-from edgeserve import cuda_runtime
+# Before anything imports llama_cpp (edgeserve/llama_import.py).
+from edgeserve import llama_import
 
-cuda_runtime.preload()
+llama_import.prepare()

@@ -1,6 +1,6 @@
 """deploy/cuda.py, the CUDA build's toolkit finder, on toolkit folders the tests lay out with a
 fake `nvcc` script (it answers `--version` and `--dryrun` as nvcc does), and
-edgeserve/cuda_runtime.py's choice of the wheels' libraries. No compiler runs here: the CUDA
+edgeserve/llama_import.py's choice of the wheels' libraries. No compiler runs here: the CUDA
 build itself is checked by tests/cuda (make test-cuda)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeserve import cuda_runtime
+from edgeserve import llama_import
 
 REPO = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("deploy_cuda", REPO / "deploy" / "cuda.py")
@@ -154,13 +154,13 @@ def test_the_runtime_loads_the_wheels_libraries_in_dependency_order(tmp_path, mo
     for name in ("libcublas.so.13", "libnvblas.so.13", "libcudart.so.13", "libcublasLt.so.13"):
         (lib / name).write_text("")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    found = cuda_runtime.wheel_libraries()
+    found = llama_import.wheel_libraries()
     assert [p.name for p in found] == ["libcudart.so.13", "libcublasLt.so.13", "libcublas.so.13"]
 
 
 def test_a_cpu_build_loads_no_cuda_library():
     # This venv's llama-cpp-python is the CPU build `make test` installs.
-    assert not cuda_runtime.llama_has_cuda()
+    assert not llama_import.llama_has_cuda()
     if os.environ.get("LD_PRELOAD"):
         pytest.skip("LD_PRELOAD is set: the loaded-library check below would see it")
     maps = Path("/proc/self/maps").read_text()

@@ -70,3 +70,23 @@ def test_every_api_is_mounted_and_a_lazy_one_where_its_module_declares():
     for path in sorted((REPO / "edgeserve" / "api").glob("*/routes.py")):
         module = f"edgeserve.api.{path.parent.name}.routes"
         assert module in with_app or module in {api.module for api in LAZY_APIS}, module
+
+
+def test_the_server_starts_without_llama_cpp_s_high_level_package():
+    # llama-cpp-python's __init__ imports its Llama class, diskcache (sqlite3), multiprocessing
+    # and every chat format; edgeserve calls the bindings only (edgeserve/llama_import.py).
+    loaded = modules_after("import edgeserve.http.server")
+    assert "llama_cpp.llama_cpp" in loaded and "llama_cpp.llama_grammar" in loaded
+    for unused in ("llama_cpp.llama", "llama_cpp.llama_chat_format", "diskcache", "sqlite3"):
+        assert unused not in loaded, unused
+
+
+def test_the_deferred_package_is_whole_to_anyone_who_asks_for_more():
+    code = (
+        "import edgeserve.http.server\n"
+        "import llama_cpp\n"
+        "assert llama_cpp.Llama.__module__ == 'llama_cpp.llama'\n"
+        "assert llama_cpp.__version__\n"
+        "assert llama_cpp.llama_decode is llama_cpp.llama_cpp.llama_decode"
+    )
+    assert "llama_cpp.llama_chat_format" in modules_after(code)

@@ -12,8 +12,9 @@ import logging
 import os
 import time
 from collections.abc import Sequence
+from importlib.metadata import version
 
-import llama_cpp as lc
+import llama_cpp.llama_cpp as lc
 import numpy as np
 
 from edgeserve.engine.audio import AudioClip
@@ -416,6 +417,6 @@ def _cache_identity(config: EngineConfig, model: LoadedModel) -> str:
         f"kv={config.kv_cache_type}",
         f"swa_full={config.swa_full}",
         f"flash_attn={model.flash_attn}",
-        f"llama_cpp={lc.__version__}",
+        f"llama_cpp={version('llama_cpp_python')}",
     ]
     return "|".join(parts)

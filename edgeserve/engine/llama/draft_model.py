@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-import llama_cpp as lc
+import llama_cpp.llama_cpp as lc
 import numpy as np
 
 from edgeserve.engine.llama.batch import TokenBatch

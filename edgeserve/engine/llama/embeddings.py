@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import llama_cpp as lc
+import llama_cpp.llama_cpp as lc
 import numpy as np
 from llama_cpp._ctypes_extensions import load_shared_library
 

@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-import llama_cpp as lc
+import llama_cpp.llama_cpp as lc
 
 from edgeserve.engine.llama.native_log import first_complaint, native_complaints
 from edgeserve.engine.types import AdapterSet

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from typing import Any, Literal
 
-import llama_cpp as lc
+import llama_cpp.llama_cpp as lc
 import numpy as np
 
 from edgeserve.engine.llama.embeddings import (

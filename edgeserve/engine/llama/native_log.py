@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import llama_cpp as lc
+import llama_cpp.llama_cpp as lc
 
-from edgeserve import cuda_runtime
+from edgeserve import llama_import
 
 _llama_log = logging.getLogger("edgeserve.llama")
 
@@ -107,7 +107,7 @@ def report_missing_gpu(offloads: bool) -> None:
     """Once per process, for a CUDA build that found no device: one warning that it serves on
     the CPU, with CUDA's reason."""
     global _gpu_reported
-    if offloads or _gpu_reported or not cuda_runtime.llama_has_cuda():
+    if offloads or _gpu_reported or not llama_import.llama_has_cuda():
         return
     _gpu_reported = True
     _llama_log.warning(

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import llama_cpp as lc
+import llama_cpp.llama_cpp as lc
 import numpy as np
 
 from edgeserve.engine.llama import native_log

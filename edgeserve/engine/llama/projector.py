@@ -21,7 +21,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-import llama_cpp as lc
+import llama_cpp.llama_cpp as lc
 import numpy as np
 
 from edgeserve.engine.audio import AudioClip, AudioInput, check_length

@@ -35,7 +35,7 @@ import threading
 import time
 from typing import Any
 
-import llama_cpp as lc
+import llama_cpp.llama_cpp as lc
 import numpy as np
 
 from edgeserve.engine.draw import PENALTY_LAST_N, RowSampler

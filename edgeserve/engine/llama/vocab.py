@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-import llama_cpp as lc
+import llama_cpp.llama_cpp as lc
 
 
 class Vocabulary:
