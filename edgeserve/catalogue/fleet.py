@@ -155,6 +155,15 @@ class Fleet:
             if held.leases == 0:
                 self._schedule_unload(held)
 
+    def release(self, name: str | None) -> Held:
+        """The model `name` names, to unload as soon as no request holds it (never loaded for
+        this: Ollama's keep_alive 0 with nothing to run). A pinned model stays."""
+        held = self.held(name)
+        held.keep_alive = 0.0
+        if held.leases == 0:
+            self._schedule_unload(held)
+        return held
+
     def client(self, name: str | None) -> EngineClient | None:
         """The engine client of a loaded (or loading) model, without holding it: for
         figures and for a single model's routes that need no lease."""

@@ -219,7 +219,7 @@ def _handler(route: Route) -> Handler:
     """A generating API on the generation path; any other endpoint answers one JSON body."""
     endpoint = route.endpoint
     if not callable(endpoint):
-        return generation_handler(endpoint, route.names, route.streams)
+        return generation_handler(endpoint, route.names, route.streams, route.unloads)
     unary = endpoint
     with_body = route.method != "GET"
     uses_model, names = route.uses_model, route.names

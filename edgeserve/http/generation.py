@@ -21,7 +21,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -60,18 +60,22 @@ def generation_handler(
     api: GenerationApi[Any, Any],
     names: ModelNames | None = None,
     streams: Framing = "sse",
+    unloads: Callable[[Any], bool] | None = None,
 ) -> Handler:
     """The aiohttp handler that serves `api` through the generation path (its model names
-    read by `names` when given; streams framed as `streams` says)."""
+    read by `names` when given; streams framed as `streams` says; a body that `unloads` says
+    only unloads its model runs nothing and loads nothing)."""
 
     async def handle(request: web.Request) -> web.StreamResponse:
-        call = await call_for(request, with_body=True, names=names)
+        call = await call_for(request, with_body=True, names=names, unloads=unloads)
         req = await call.off_loop(api.parse, call.body, call.limits)
-        check_can_generate(call.engine.can_generate)
+        if call.client is not None:  # None: the body only unloads its model
+            check_can_generate(call.engine.can_generate)
         work: GenerationWork = await call.checks(api.translate(req, call.limits))
-        adapters = call.adapters()
-        requests = tuple(replace(g, adapters=adapters) for g in work.requests)
-        work = replace(work, requests=requests)
+        if work.requests:
+            adapters = call.adapters()
+            requests = tuple(replace(g, adapters=adapters) for g in work.requests)
+            work = replace(work, requests=requests)
         return await _generate(request, call, api, req, work, streams)
 
     return handle

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -43,12 +44,14 @@ async def call_for(
     with_body: bool,
     uses_model: bool = True,
     names: ModelNames | None = None,
+    unloads: Callable[[Any], bool] | None = None,
 ) -> Call:
     """The request as an endpoint sees it: its API key checked (401), with `with_body` its
     declared size (413) before its JSON body is read and decoded, and with `uses_model` the
     model it names (the body's `model`, or a GET's `?model=`, read by the API's `names` when
     it has its own rules) held for as long as the request runs (404 for a name the catalogue
-    lacks; a model not loaded loads first)."""
+    lacks; a model not loaded loads first). A body that `unloads` says only unloads its model
+    holds none and loads none: the model unloads once idle, and the call has no client."""
     check_key(request)
     settings = request.config_dict[SETTINGS]
     body = None
@@ -66,7 +69,12 @@ async def call_for(
             body = decode_json_body(raw, content_type)
     models = request.config_dict[MODELS]
     model_name, client, projector = settings.model_name, None, bool(settings.mmproj)
-    if uses_model:
+    if uses_model and not models.single and unloads is not None and unloads(body):
+        try:
+            model_name = models.release(_model_named(request, models, body, names)).entry.id
+        except EngineError as exc:
+            raise engine_error(exc) from exc
+    elif uses_model:
         held = await _lease(request, models, body, names)
         client, projector = held.client, bool(held.entry.config.mmproj_path)
         if not models.single:
@@ -87,15 +95,22 @@ async def call_for(
     )
 
 
-async def _lease(request: web.Request, models: Fleet, body: Any, names: ModelNames | None) -> Held:
-    """The model the request names (the body's `model`, a GET's `?model=`, else --model's),
-    held until the request ends; how long that took to load it goes to the request's record."""
-    settings = request.config_dict[SETTINGS]
+def _model_named(
+    request: web.Request, models: Fleet, body: Any, names: ModelNames | None
+) -> str | None:
+    """The model the request names: the body's `model`, a GET's `?model=`, else --model's."""
     name = body.get("model") if isinstance(body, dict) else request.query.get("model")
     if names is not None:
-        name = names(name, models.catalogue.names())
-    elif not isinstance(name, str) or not name:
-        name = settings.model_name or None
+        return names(name, models.catalogue.names())
+    if not isinstance(name, str) or not name:
+        return request.config_dict[SETTINGS].model_name or None
+    return name
+
+
+async def _lease(request: web.Request, models: Fleet, body: Any, names: ModelNames | None) -> Held:
+    """The model the request names held until the request ends; how long that took to load
+    it goes to the request's record."""
+    name = _model_named(request, models, body, names)
     keep_alive = None
     if isinstance(body, dict) and "keep_alive" in body:
         with contextlib.suppress(ValueError):  # Ollama's field; a bad one keeps the default

@@ -1,11 +1,12 @@
 """Ollama's model routes over a catalogue (--models-dir with the real Gemma 3 270M): models
 listed unloaded without loading them, `keep_alive` on a request setting when the catalogue's
 idle unload comes (/api/ps' `expires_at`), an empty request that loads, and `keep_alive: 0`
-that unloads; unknown names in Ollama's shape."""
+that unloads (and never loads a model to unload it); unknown names in Ollama's shape."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from datetime import datetime
 from pathlib import Path
@@ -92,3 +93,30 @@ async def test_keep_alive_sets_the_idle_unload_and_zero_unloads(client):
         await asyncio.sleep(0.01)
     assert await status(client) == "unloaded"
     assert (await get(client, "/api/ps"))["models"] == []
+
+
+def loads_logged(caplog: pytest.LogCaptureFixture) -> int:
+    return sum(" loaded in " in r.getMessage() for r in caplog.records)
+
+
+async def test_keep_alive_zero_with_nothing_to_run_never_loads_the_model(client, caplog):
+    caplog.set_level(logging.INFO, logger="edgeserve")
+    for path, empty in (("/api/generate", {"prompt": ""}), ("/api/chat", {"messages": []})):
+        body = {"model": "gemma", "keep_alive": 0, "stream": False, **empty}
+        status_code, answer = await post(client, path, body)
+        assert status_code == 200, answer
+        assert (answer["done"], answer["done_reason"], answer["model"]) == (True, "unload", "gemma")
+        assert await status(client) == "unloaded"
+    assert loads_logged(caplog) == 0
+    status_code, answer = await post(client, "/api/chat", {"model": "llama3", "keep_alive": 0})
+    assert (status_code, answer) == (404, {"error": "model 'llama3' not found"})
+    # With something to run, keep_alive 0 loads the model, answers, then unloads it.
+    ask = {"model": "gemma", "prompt": "Hi", "stream": False, "options": {"num_predict": 2}}
+    status_code, answer = await post(client, "/api/generate", {**ask, "keep_alive": 0})
+    assert status_code == 200 and answer["load_duration"] > 0 and answer["done_reason"] != "unload"
+    assert loads_logged(caplog) == 1
+    for _ in range(500):
+        if await status(client) == "unloaded":
+            break
+        await asyncio.sleep(0.01)
+    assert await status(client) == "unloaded"

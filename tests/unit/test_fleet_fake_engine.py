@@ -21,7 +21,7 @@ from edgeserve.engine.types import EngineConfig
 from edgeserve.errors import ModelRefused, ModelUnavailable, UnknownModel
 
 MIB = 2**20
-SIZES = {"a": 100, "b": 100, "c": 150, "big": 500, "bad": 10}  # MiB each
+SIZES = {"a": 100, "b": 100, "c": 150, "p": 50, "big": 500, "bad": 10}  # MiB each
 
 
 @dataclass
@@ -254,3 +254,22 @@ async def test_a_pinned_model_refuses_an_unload():
     with pytest.raises(ModelRefused, match="pinned"):
         await models.unload("a")
     assert status(models) == {"a": "loaded"}
+
+
+async def test_release_unloads_once_idle_and_never_loads():
+    models, events = fleet(entry("a"), entry("b"), entry("p", pinned=True), keep_alive=3600)
+    models.release("a")  # not loaded: stays so, nothing loads
+    await asyncio.sleep(0.05)
+    assert status(models)["a"] == "unloaded" and events == []
+    await use(models, "b")
+    async with models.lease("b"):
+        models.release("b")  # in use: it unloads after the running request, not before
+        await asyncio.sleep(0.05)
+        assert status(models)["b"] == "loaded"
+    assert await unloaded(models, "b")
+    await use(models, "p")
+    models.release("p")
+    await asyncio.sleep(0.05)
+    assert status(models)["p"] == "loaded"
+    with pytest.raises(UnknownModel):
+        models.release("nope")

@@ -157,4 +157,7 @@ class Route:
     endpoint: Unary | GenerationApi[Any, Any]
     uses_model: bool = True  # runs on the model the request names (False: on none)
     names: ModelNames | None = None  # the API's own reading of model names
+    # A body that only unloads its model (Ollama's keep_alive 0 with nothing to run): the
+    # model is not loaded for it, and the request holds none.
+    unloads: Callable[[Any], bool] | None = None
     streams: Framing = "sse"

@@ -74,11 +74,22 @@ class OllamaApi:
 
 def _idle_reason(req: GenerationRequest) -> str:
     """What an empty request did: unload the model (keep_alive 0) or load it."""
+    return "unload" if _unloads_now(req.keep_alive) else "load"
+
+
+def _unloads_now(keep_alive: object) -> bool:
     try:
-        keep = None if req.keep_alive is None else values.keep_alive(req.keep_alive)
+        return keep_alive is not None and values.keep_alive(keep_alive) == 0
     except ValueError:
-        keep = None
-    return "unload" if keep == 0 else "load"
+        return False
+
+
+def only_unloads(body: Any) -> bool:
+    """Whether a chat or generate body only unloads its model: keep_alive 0 and nothing to
+    run (no messages; no prompt and no images), which Ollama answers without loading it."""
+    if not isinstance(body, dict) or any(body.get(k) for k in ("messages", "prompt", "images")):
+        return False
+    return _unloads_now(body.get("keep_alive"))
 
 
 def ollama_error_body(err: ApiError) -> tuple[int, bytes]:
@@ -89,8 +100,22 @@ def ollama_error_body(err: ApiError) -> tuple[int, bytes]:
 
 
 ROUTES = (
-    Route("POST", "/api/chat", OllamaApi("chat"), names=served_name, streams="ndjson"),
-    Route("POST", "/api/generate", OllamaApi("generate"), names=served_name, streams="ndjson"),
+    Route(
+        "POST",
+        "/api/chat",
+        OllamaApi("chat"),
+        names=served_name,
+        streams="ndjson",
+        unloads=only_unloads,
+    ),
+    Route(
+        "POST",
+        "/api/generate",
+        OllamaApi("generate"),
+        names=served_name,
+        streams="ndjson",
+        unloads=only_unloads,
+    ),
     Route("POST", "/api/embed", embed, names=served_name),
     Route("POST", "/api/embeddings", embeddings, names=served_name),
     Route("GET", "/api/tags", tags, uses_model=False),
