@@ -2,11 +2,13 @@
 
 Runs only when that wheel is in the wheel cache (it skips, saying so, otherwise) and only from
 `make test-cuda`: it installs the wheel and edgeserve into a venv of its own (a minute or two,
-outside `make test`'s budget). A user's path, in order:
-1. without the runtime wheels the build needs (NVIDIA's cuBLAS, WHEELS/requirements.txt),
-   `edgeserve serve` exits 2 with one line naming the missing library;
-2. with them, it serves on the CPU: one warning that no CUDA device was found, `/health`
-   reports no offload, and the greedy answer is the CPU build's, word for word.
+outside `make test`'s budget). In order:
+1. a CUDA library that does not load (a damaged `libcublas.so.13` beside llama.cpp's own, where
+   the loader looks first, and no cuBLAS wheel yet) makes `edgeserve serve` exit 2 with one
+   line naming it;
+2. with the runtime wheels the build needs (WHEELS/requirements.txt, as `make install` adds
+   them), it serves on the CPU: one warning that no CUDA device was found, `/health` reports
+   no offload, and the greedy answer is the CPU build's, word for word.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from tests.integration.test_server_process import free_port
 REPO = Path(__file__).resolve().parents[2]
 WHEEL_CACHE = Path(os.environ.get("WHEEL_CACHE", Path.home() / ".cache/edgeserve/wheels"))
 QUESTION = {
+    "model": "m",
     "messages": [{"role": "user", "content": "Name three colours."}],
     "max_tokens": 24,
     "temperature": 0,
@@ -101,20 +104,22 @@ def test_a_cuda_build_on_a_machine_without_a_gpu(cuda_wheel, model_path, tmp_pat
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     pip(venv, "--no-deps", str(cuda_wheel))
     pip(venv, "-e", str(REPO))
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    damaged = site / "llama_cpp" / "lib" / "libcublas.so.13"
+    damaged.write_text("not a library")
+    broken = subprocess.run(
+        [str(venv / "bin" / "edgeserve"), "serve", "--model", str(model_path),
+         "--port", str(free_port())],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    damaged.unlink()
+    lines = broken.stderr.strip().splitlines()
+    assert broken.returncode == 2, broken.stderr[-3000:]
+    assert len(lines) == 1, broken.stderr
+    assert lines[0].startswith("edgeserve: error: llama.cpp does not load: ")
+    assert "libcublas.so.13" in lines[0], lines[0]
     requirements = cuda_wheel.parent / "requirements.txt"
-    needed = requirements.read_text().split() if requirements.is_file() else []
-
-    if needed:
-        missing = subprocess.run(
-            [str(venv / "bin" / "edgeserve"), "serve", "--model", str(model_path),
-             "--port", str(free_port())],
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        lines = missing.stderr.strip().splitlines()
-        assert missing.returncode == 2, missing.stderr[-3000:]
-        assert len(lines) == 1, missing.stderr
-        assert lines[0].startswith("edgeserve: error: llama.cpp does not load: ")
-        assert "libcublas" in lines[0] or "libcudart" in lines[0], lines[0]
+    if requirements.is_file() and requirements.read_text().strip():
         pip(venv, "-r", str(requirements))
 
     cpu_port, cuda_port = free_port(), free_port()
