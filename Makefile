@@ -200,7 +200,7 @@ BENCH_VENV ?= $(HOME)/.cache/edgeserve/bench-venv$(GPU_SUFFIX)
 BENCH_PY := $(BENCH_VENV)/bin/python
 LLAMACPP_KEY := $(shell echo "$(LLAMA_VERSION)|anchors|$(LLAMA_CFLAGS)|$(ARCH)|$(CPU_NAME)$(GPU_SUFFIX:-%=|%|$(CUDA_ARCH))" | sha256sum | cut -c1-12)
 ANCHOR_DEFINES_cuda = --define GGML_CUDA=ON $$($(PY) deploy/cuda.py cmake-args --arch "$(CUDA_ARCH)" \
-	--toolkits $(CUDA_TOOLKITS) --record $(LLAMACPP_DIR) | sed 's/^/--define /')
+	--toolkits $(CUDA_TOOLKITS) --record $(LLAMACPP_DIR) | sed 's/^/--define=/')
 # The bench's own packages (gguf: the images workload writes the tests' tiny projector); a
 # change to the list reinstalls them.
 BENCH_DEPS := aiohttp matplotlib gguf==0.19.0

@@ -129,8 +129,8 @@ def build(
     return bindir
 
 
-def main() -> None:
-    """Command line: see the module docstring."""
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line; `defines` holds the --define entries as NAME -> value."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dir", type=Path, default=Path("~/.cache/edgeserve/llamacpp"))
     parser.add_argument("--version", default="0.3.36")
@@ -140,11 +140,17 @@ def main() -> None:
     parser.add_argument("--no-native", action="store_true", help="GGML_NATIVE=OFF")
     parser.add_argument(
         "--define", action="append", default=[], metavar="NAME=VALUE",
-        help="one more CMake cache entry (GGML_CUDA=ON …); repeatable",
+        help="one more CMake cache entry, -D optional (--define=-DGGML_CUDA=ON); repeatable",
     )  # fmt: skip
-    args = parser.parse_args()
-    extra = dict(d.removeprefix("-D").split("=", 1) for d in args.define)
-    build(args.dir, args.version, args.cflags, native=not args.no_native, extra=extra)
+    args = parser.parse_args(argv)
+    args.defines = dict(d.removeprefix("-D").split("=", 1) for d in args.define)
+    return args
+
+
+def main() -> None:
+    """Command line: see the module docstring."""
+    args = parse_args()
+    build(args.dir, args.version, args.cflags, native=not args.no_native, extra=args.defines)
 
 
 if __name__ == "__main__":

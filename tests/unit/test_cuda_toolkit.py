@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import build
 from edgeserve import llama_import
 
 REPO = Path(__file__).resolve().parents[2]
@@ -165,3 +166,13 @@ def test_a_cpu_build_loads_no_cuda_library():
         pytest.skip("LD_PRELOAD is set: the loaded-library check below would see it")
     maps = Path("/proc/self/maps").read_text()
     assert "libcublas" not in maps and "libcudart" not in maps
+
+
+def test_the_anchor_build_takes_the_cuda_arguments_as_the_makefile_passes_them(tmp_path):
+    nvcc = fake_toolkit(tmp_path / "cuda")
+    printed = cuda.cmake_args("90", tmp_path / "toolkits", tmp_path / "rec", {"CUDACXX": str(nvcc)})
+    args = build.parse_args(["--define", "GGML_CUDA=ON", *(f"--define={a}" for a in printed)])
+    root = (tmp_path / "cuda").resolve()
+    assert args.defines["GGML_CUDA"] == "ON"
+    assert args.defines["CMAKE_CUDA_COMPILER"] == str(root / "bin" / "nvcc")
+    assert args.defines["CMAKE_CUDA_ARCHITECTURES"] == "90"
