@@ -9,14 +9,6 @@ dynamic loader does not look inside site-packages. They are loaded here, once,
 with their symbols global, so that llama.cpp's CUDA library finds them already loaded. A CPU or
 Metal build (no `libggml-cuda.so`) loads nothing.
 
-llama.cpp's CPU threads are OpenMP's (libgomp), and between two decodes its worker threads spin
-for GOMP's default 300,000 rounds (about a millisecond and more) before they sleep: on a small
-machine they take the cores the engine thread and the event loop need for the step's Python
-work. `GOMP_SPINCOUNT` is set to SPIN_COUNT unless OpenMP's waiting is set already: still long
-enough for the waits between a graph's operations (each an OpenMP barrier), short enough that
-the workers sleep between steps. Measured with SmolLM2-135M on 2 cores, sampled: the median gap
-between tokens 9.0-9.6 -> 7.6-8.5 ms at one stream, 44-45 -> 40-41 ms at eight.
-
 Then the package's own `__init__` is deferred. It imports the high-level `Llama` class, and with
 it multiprocessing, diskcache (sqlite3) and every chat format (~4 MiB resident, ~0.1 s), none of
 which edgeserve uses: it calls the bindings (`llama_cpp.llama_cpp`, `mtmd_cpp`) and the grammar
@@ -29,15 +21,10 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
-import os
 import sys
-from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
-SPIN_COUNT = "20000"
-"""GOMP_SPINCOUNT unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set (libgomp reads it once, when
-llama.cpp's CPU library loads it)."""
 # In the order they need each other: cuBLAS needs cuBLASLt, both need the CUDA runtime.
 _LIBRARIES = ("libcudart.so.*", "libcublasLt.so.*", "libcublas.so.*")
 
@@ -65,17 +52,9 @@ def wheel_libraries() -> list[Path]:
 
 
 def prepare() -> None:
-    """Before llama_cpp is first imported: OpenMP's spinning bounded, CUDA's libraries loaded,
-    the package's init deferred."""
-    bound_openmp_spinning(os.environ)
+    """Before llama_cpp is first imported: CUDA's libraries loaded, the package's init deferred."""
     preload_cuda_libraries()
     defer_package_init()
-
-
-def bound_openmp_spinning(env: MutableMapping[str, str]) -> None:
-    """Set GOMP_SPINCOUNT to SPIN_COUNT unless the user set how OpenMP threads wait."""
-    if "OMP_WAIT_POLICY" not in env and "GOMP_SPINCOUNT" not in env:
-        env["GOMP_SPINCOUNT"] = SPIN_COUNT
 
 
 def defer_package_init() -> None:
