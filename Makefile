@@ -28,7 +28,8 @@ LLAMA_CMAKE_ARGS ?= $(CMAKE_ARGS_$(BACKEND))
 # A CUDA build also gets the compiler, cuBLAS and driver found (or fetched into CUDA_TOOLKITS, a
 # build-only folder) by deploy/cuda.py; the runtime wheels it needs go into the venv with it.
 CUDA_TOOLKITS ?= $(HOME)/.cache/edgeserve/cuda
-FOUND_ARGS_cuda = $$($(PY) deploy/cuda.py cmake-args --toolkits $(CUDA_TOOLKITS) --record $(LLAMA_WHEELS))
+FOUND_ARGS_cuda = found=$$($(PY) deploy/cuda.py cmake-args --toolkits $(CUDA_TOOLKITS) \
+	--record $(LLAMA_WHEELS)) &&
 # AMX tile code faults under some hypervisors (Firecracker) and repacks the weights a second
 # time in RAM, so x86-64 builds leave it out. Override with LLAMA_CFLAGS= to keep it.
 ifeq ($(ARCH),x86_64)
@@ -139,8 +140,8 @@ $(VENV)/bin/python:
 $(LLAMA_WHEELS)/.built: | $(VENV)/bin/python
 	@echo "building llama-cpp-python $(LLAMA_VERSION) ($(BACKEND): $(LLAMA_CMAKE_ARGS)); this takes a few minutes once"
 	mkdir -p $(LLAMA_WHEELS)
-	found=$(FOUND_ARGS_$(BACKEND)) && \
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS) $$(echo $$found)" CFLAGS="$(LLAMA_CFLAGS)" CXXFLAGS="$(LLAMA_CFLAGS)" \
+	$(FOUND_ARGS_$(BACKEND)) \
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)$(if $(FOUND_ARGS_$(BACKEND)), $$(echo $$found))" CFLAGS="$(LLAMA_CFLAGS)" CXXFLAGS="$(LLAMA_CFLAGS)" \
 	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc 2>/dev/null || sysctl -n hw.ncpu) \
 	$(PIP) wheel --no-deps --no-cache-dir --no-binary llama-cpp-python -w $(LLAMA_WHEELS) \
 		"llama-cpp-python==$(LLAMA_VERSION)"

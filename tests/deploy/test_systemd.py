@@ -217,7 +217,9 @@ def dry_run(tmp_path: Path, *args: str) -> str:
 def test_install_cuda_builds_with_cuda_for_the_given_arch(tmp_path):
     out = dry_run(tmp_path, "install-cuda", "CUDA_ARCH=87")
     cuda = "-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=87"
-    assert f'CMAKE_ARGS="-DLLAVA_BUILD=ON -DMTMD_VIDEO=OFF {cuda}"' in out
+    # deploy/cuda.py's compiler, cuBLAS and driver arguments follow the backend's own.
+    assert "found=$(" in out and "deploy/cuda.py cmake-args" in out
+    assert f'CMAKE_ARGS="-DLLAVA_BUILD=ON -DMTMD_VIDEO=OFF {cuda} $(echo $found)"' in out
     assert "--no-binary llama-cpp-python" in out
     assert f"{tmp_path}/wheels/cuda-" in out
 
@@ -225,6 +227,7 @@ def test_install_cuda_builds_with_cuda_for_the_given_arch(tmp_path):
 def test_install_metal_builds_with_metal(tmp_path):
     out = dry_run(tmp_path, "install-metal")
     assert 'CMAKE_ARGS="-DLLAVA_BUILD=ON -DMTMD_VIDEO=OFF -DGGML_METAL=ON"' in out
+    assert "deploy/cuda.py" not in out
 
 
 def test_the_chosen_backend_is_kept_by_later_targets(tmp_path):
