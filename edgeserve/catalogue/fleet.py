@@ -157,11 +157,13 @@ class Fleet:
 
     def release(self, name: str | None) -> Held:
         """The model `name` names, to unload as soon as no request holds it (never loaded for
-        this: Ollama's keep_alive 0 with nothing to run). A pinned model stays."""
+        this: Ollama's keep_alive 0 with nothing to run). A pinned model stays; one not loaded
+        keeps its keep-alive for its next load."""
         held = self.held(name)
-        held.keep_alive = 0.0
-        if held.leases == 0:
-            self._schedule_unload(held)
+        if held.status in (Status.LOADED, Status.LOADING):  # else there is nothing to unload
+            held.keep_alive = 0.0
+            if held.leases == 0:
+                self._schedule_unload(held)
         return held
 
     def client(self, name: str | None) -> EngineClient | None:

@@ -261,6 +261,12 @@ async def test_release_unloads_once_idle_and_never_loads():
     models.release("a")  # not loaded: stays so, nothing loads
     await asyncio.sleep(0.05)
     assert status(models)["a"] == "unloaded" and events == []
+    await use(models, "a")  # its next load keeps the usual keep-alive
+    await asyncio.sleep(0.05)
+    assert status(models)["a"] == "loaded"
+    models.release("a")  # loaded and idle: it unloads now, not after the hour's keep-alive
+    models.release("a")
+    assert await unloaded(models, "a")
     await use(models, "b")
     async with models.lease("b"):
         models.release("b")  # in use: it unloads after the running request, not before
