@@ -200,8 +200,7 @@ LLAMACPP_DIR ?= $(HOME)/.cache/edgeserve/llamacpp$(GPU_SUFFIX)
 BENCH_VENV ?= $(HOME)/.cache/edgeserve/bench-venv$(GPU_SUFFIX)
 BENCH_PY := $(BENCH_VENV)/bin/python
 LLAMACPP_KEY := $(shell echo "$(LLAMA_VERSION)|anchors|$(LLAMA_CFLAGS)|$(ARCH)|$(CPU_NAME)$(GPU_SUFFIX:-%=|%|$(CUDA_ARCH))" | sha256sum | cut -c1-12)
-ANCHOR_DEFINES_cuda = --define GGML_CUDA=ON $$($(PY) deploy/cuda.py cmake-args --arch "$(CUDA_ARCH)" \
-	--toolkits $(CUDA_TOOLKITS) --record $(LLAMACPP_DIR) | sed 's/^/--define=/')
+ANCHOR_ARGS_cuda = --cuda-toolkits $(CUDA_TOOLKITS) --cuda-arch "$(CUDA_ARCH)"
 # The bench's own packages (gguf: the images workload writes the tests' tiny projector); a
 # change to the list reinstalls them.
 BENCH_DEPS := aiohttp matplotlib gguf==0.19.0
@@ -222,7 +221,7 @@ bench-quick: ## make bench ARGS=--quick: the same comparison in a minute or two
 
 $(LLAMACPP_DIR)/.built-$(LLAMACPP_KEY): | $(VENV)/bin/python
 	$(PY) -m bench.build --dir $(LLAMACPP_DIR) --version $(LLAMA_VERSION) --cflags "$(LLAMA_CFLAGS)" \
-		$(ANCHOR_DEFINES_$(BACKEND))
+		$(ANCHOR_ARGS_$(BACKEND))
 	rm -f $(LLAMACPP_DIR)/.built-* && touch $@
 
 $(BENCH_VENV)/.installed-$(BENCH_KEY): $(LLAMA_WHEELS)/.built

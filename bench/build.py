@@ -1,6 +1,7 @@
 """Build llama.cpp's `llama-server` and `llama-bench` (the anchors) into a cache folder, once.
 
     python -m bench.build --dir ~/.cache/edgeserve/llamacpp --version 0.3.36 --cflags "..."
+    python -m bench.build --dir ~/.cache/edgeserve/llamacpp-cuda --cuda-toolkits DIR --cuda-arch 90
 
 llama-server is built with libmtmd (tools/mtmd), so it takes `--mmproj` like edgeserve.
 The sources are the llama.cpp vendored in the llama-cpp-python sdist of `--version` (the same
@@ -12,6 +13,7 @@ recompiled). Standard library only: it runs before the bench's own venv exists.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shlex
 import shutil
@@ -21,6 +23,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
 TARGETS = ("llama-server", "llama-bench")
 
 
@@ -130,7 +133,7 @@ def build(
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The command line; `defines` holds the --define entries as NAME -> value."""
+    """The command line."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dir", type=Path, default=Path("~/.cache/edgeserve/llamacpp"))
     parser.add_argument("--version", default="0.3.36")
@@ -139,18 +142,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--no-native", action="store_true", help="GGML_NATIVE=OFF")
     parser.add_argument(
-        "--define", action="append", default=[], metavar="NAME=VALUE",
-        help="one more CMake cache entry, -D optional (--define=-DGGML_CUDA=ON); repeatable",
+        "--cuda-toolkits", type=Path, metavar="DIR",
+        help="build for CUDA with what deploy/cuda.py finds (its wheels fetched into DIR)",
     )  # fmt: skip
-    args = parser.parse_args(argv)
-    args.defines = dict(d.removeprefix("-D").split("=", 1) for d in args.define)
-    return args
+    parser.add_argument("--cuda-arch", default="", help="CMAKE_CUDA_ARCHITECTURES (CUDA builds)")
+    return parser.parse_args(argv)
+
+
+def cuda_defines(args: argparse.Namespace, env: dict[str, str]) -> dict[str, str]:
+    """The CMake cache entries a CUDA build adds (none without --cuda-toolkits): GGML_CUDA and
+    deploy/cuda.py's compiler, cuBLAS and driver choices, as `make install-cuda` builds."""
+    if args.cuda_toolkits is None:
+        return {}
+    name = "bench_build_deploy_cuda"  # deploy/ is scripts, not a package
+    spec = importlib.util.spec_from_file_location(name, REPO / "deploy" / "cuda.py")
+    assert spec is not None and spec.loader is not None
+    cuda = sys.modules[name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cuda)
+    found = cuda.cmake_args(
+        args.cuda_arch, args.cuda_toolkits.expanduser(), args.dir.expanduser(), env
+    )
+    return {"GGML_CUDA": "ON", **dict(a.removeprefix("-D").split("=", 1) for a in found)}
 
 
 def main() -> None:
     """Command line: see the module docstring."""
     args = parse_args()
-    build(args.dir, args.version, args.cflags, native=not args.no_native, extra=args.defines)
+    extra = cuda_defines(args, dict(os.environ))
+    build(args.dir, args.version, args.cflags, native=not args.no_native, extra=extra)
 
 
 if __name__ == "__main__":

@@ -168,11 +168,14 @@ def test_a_cpu_build_loads_no_cuda_library():
     assert "libcublas" not in maps and "libcudart" not in maps
 
 
-def test_the_anchor_build_takes_the_cuda_arguments_as_the_makefile_passes_them(tmp_path):
+def test_the_anchors_build_for_cuda_with_the_same_choices_as_the_wheel(tmp_path):
     nvcc = fake_toolkit(tmp_path / "cuda")
-    printed = cuda.cmake_args("90", tmp_path / "toolkits", tmp_path / "rec", {"CUDACXX": str(nvcc)})
-    args = build.parse_args(["--define", "GGML_CUDA=ON", *(f"--define={a}" for a in printed)])
-    root = (tmp_path / "cuda").resolve()
-    assert args.defines["GGML_CUDA"] == "ON"
-    assert args.defines["CMAKE_CUDA_COMPILER"] == str(root / "bin" / "nvcc")
-    assert args.defines["CMAKE_CUDA_ARCHITECTURES"] == "90"
+    env = {"CUDACXX": str(nvcc)}
+    args = build.parse_args(["--dir", str(tmp_path / "anchors"), "--cuda-toolkits",
+                             str(tmp_path / "toolkits"), "--cuda-arch", "90"])  # fmt: skip
+    defines = build.cuda_defines(args, env)
+    wheel_args = cuda.cmake_args("90", tmp_path / "toolkits", tmp_path / "wheel", env)
+    assert defines == {"GGML_CUDA": "ON"} | dict(a[2:].split("=", 1) for a in wheel_args)
+    assert defines["CMAKE_CUDA_COMPILER"] == str((tmp_path / "cuda").resolve() / "bin" / "nvcc")
+    assert (tmp_path / "anchors" / "toolkit.txt").is_file()
+    assert build.cuda_defines(build.parse_args(["--dir", str(tmp_path)]), env) == {}

@@ -18,7 +18,7 @@ from edgeserve.api.common.tool_stream import CallArguments, CallStart, Content
 from edgeserve.api.ollama.names import listed_name, served_name
 from edgeserve.api.ollama.options import read_options
 from edgeserve.api.ollama.render import OllamaRenderer
-from edgeserve.api.ollama.routes import OllamaApi, ollama_error_body
+from edgeserve.api.ollama.routes import OllamaApi, ollama_error_body, only_unloads
 from edgeserve.api.ollama.translate import prepare_chat, prepare_generate
 from edgeserve.api.ollama.wire import ChatRequest, GenerateRequest
 from edgeserve.api.reference.limits import Limits
@@ -257,3 +257,30 @@ def test_errors_are_ollama_s_shape():
     assert (status, json.loads(body)) == (400, {"error": "body.model: Field required"})
     [line] = renderer().failure(ApiError(504, "too slow"))
     assert json.loads(line) == {"error": "too slow"}
+
+
+@pytest.mark.parametrize(
+    ("body", "unloads"),
+    [
+        ({"model": "m", "keep_alive": 0}, True),
+        ({"model": "m", "keep_alive": "0s", "prompt": "", "messages": []}, True),
+        ({"model": "m", "keep_alive": "-0"}, True),
+        ({"model": "m", "keep_alive": 0, "prompt": "Hi"}, False),
+        ({"model": "m", "keep_alive": 0, "messages": [{"role": "user", "content": "Hi"}]}, False),
+        ({"model": "m", "keep_alive": 0, "images": ["aGk="]}, False),
+        ({"model": "m"}, False),
+        ({"model": "m", "keep_alive": None}, False),
+        ({"model": "m", "keep_alive": True}, False),
+        ({"model": "m", "keep_alive": [0]}, False),
+        ({"model": "m", "keep_alive": "NaN"}, False),
+        ({"model": "m", "keep_alive": "0x0"}, False),
+        ({"model": "m", "keep_alive": "5m"}, False),
+        ({"model": "m", "keep_alive": -1}, False),
+        ([{"keep_alive": 0}], False),
+        ("keep_alive=0", False),
+    ],
+)
+def test_only_a_body_with_nothing_to_run_and_keep_alive_zero_skips_the_load(body, unloads):
+    # Anything else (odd types, a prompt, a keep-alive that is not 0) takes the normal path,
+    # where the request's own checks answer it.
+    assert only_unloads(body) is unloads
