@@ -90,6 +90,9 @@ class Scheduler:
         # Free sequences whose tokens could not be stored (no copy, or too large for the
         # tiers): not tried again while idle until they hold something else.
         self._unstorable: set[int] = set()
+        # Free sequences the memory tier did not take when they were parked (_park_idle):
+        # they keep their cells, and are not copied again until they hold something else.
+        self._unparked: set[int] = set()
 
     # ---- what is there to do ----------------------------------------------------------------
 
@@ -126,6 +129,7 @@ class Scheduler:
         choices (their samplers); a job for which it raises is ended and returned with the
         error, and its sequences go back untouched."""
         failed: list[tuple[AnyJob, Exception]] = []
+        started = False
         while self.waiting and self._can_admit(self.waiting[0]):
             job = self.waiting.popleft()
             if isinstance(job, ScoreJob | EmbedJob):
@@ -153,8 +157,11 @@ class Scheduler:
                 self.prefix_tokens += cached
             self.reserved += job.prompt.reserve
             self.active.append(job)
+            started = True
             while self.reserved + self.cached_cells() > self.n_ctx and self._evict_cache():
                 pass
+        if started:
+            self._park_idle()
         return failed
 
     def cancel(self, job: AnyJob) -> bool:
@@ -204,6 +211,7 @@ class Scheduler:
         self.slots = SlotPool(self.n_seq)
         self.sharing = SharedCells(self.n_seq)
         self._unstorable.clear()
+        self._unparked.clear()
         self.windows.clear()
         if self.draft_model is not None:
             self.draft_model.clear()
@@ -211,6 +219,7 @@ class Scheduler:
 
     def _release(self, job: Job, choice: Choice) -> None:
         self._unstorable.discard(choice.seq_id)
+        self._unparked.discard(choice.seq_id)
         choice.done = True
         choice.sampler.free()
         self._cut(choice.seq_id, choice.n_past)  # cells of an unverified draft
@@ -351,6 +360,26 @@ class Scheduler:
         """The distinct KV cells the free sequences hold (the prompt cache), as recorded
         here: a cell that several of them share (the prompt of an n > 1 request) counts once."""
         return self.sharing.distinct({seq: len(self.slots.held(seq)) for seq in self.slots})
+
+    def _park_idle(self) -> None:
+        """Move what the free sequences hold into the memory tier and out of the KV cache,
+        as a generation starts. In a unified cache a decode attends over every used cell up
+        to the highest (masked for the other sequences), so an idle prompt cache slows every
+        running stream; from memory it comes back at the cost of a copy (llama-server clears
+        idle slots the same way). A sequence the memory tier does not take (no tier, or too
+        large for it) keeps its cells; one shorter than MIN_TOKENS is decoded again."""
+        if self.store.ram_bytes <= 0:
+            return
+        for seq in self.slots:
+            held, under = self.slots.held(seq), self.slots.adapters_of(seq)
+            if not held or seq in self._unparked:
+                continue
+            self._spill(seq, held, under, keep=0)
+            if "ram" in self.store.wanted(held, under, durable=False):
+                self._unparked.add(seq)  # not stored: its cells are its only copy
+                continue
+            self.slots.forget(seq)
+            self._cut(seq, -1)
 
     def _evict_cache(self) -> bool:
         """Drop the least recently used prompt cache (stored first); False when none is

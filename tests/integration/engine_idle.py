@@ -24,6 +24,13 @@ def thread_cpu_ticks(native_id: int) -> int:
     return int(fields[11]) + int(fields[12])
 
 
+async def _quiet_ticks(engine) -> int:
+    """Clock ticks the engine thread uses over QUIET_S."""
+    ticks = thread_cpu_ticks(engine.native_thread_id)
+    await asyncio.sleep(QUIET_S)
+    return thread_cpu_ticks(engine.native_thread_id) - ticks
+
+
 async def assert_engine_idle(engine, timeout: float = 10.0) -> None:
     """Wait (up to `timeout`) until the engine has no busy slot, no score or embeddings job
     and no queued request, then assert it stays idle for QUIET_S and its KV cache holds only
@@ -37,10 +44,13 @@ async def assert_engine_idle(engine, timeout: float = 10.0) -> None:
         assert loop.time() < deadline, f"the engine is still busy: {stats}"
         await asyncio.sleep(0.02)
     steps = engine.steps
-    ticks = thread_cpu_ticks(engine.native_thread_id)
-    await asyncio.sleep(QUIET_S)
+    used = await _quiet_ticks(engine)
+    if used > IDLE_TICKS:
+        # Once more: the thread's one-off work on going idle (writing the free sequences to
+        # the prompt cache's disk tier) may have overlapped the first window; a thread that
+        # keeps working fails this one too.
+        used = await _quiet_ticks(engine)
     assert engine.steps == steps, f"{engine.steps - steps} decode steps while idle"
-    used = thread_cpu_ticks(engine.native_thread_id) - ticks
     assert used <= IDLE_TICKS, f"the idle engine thread used {used * 10} ms of CPU"
     stats = engine.stats()
     assert stats.engine_restarts == 0, "the engine restarted its context"

@@ -72,6 +72,34 @@ async def test_documents_come_back_from_memory_exactly(model_path: Path, cold):
         engine.close()
 
 
+async def test_idle_sequences_wait_in_memory_while_another_generates(model_path: Path, cold):
+    # Two sequences hold a document each; the next prompt reuses the first's in place, and
+    # the second's cells (which every decode of it would attend over, masked) go to memory.
+    engine = engine_with(model_path, parallel=2, prompt_cache_ram=256 << 20)
+    try:
+        first = await asyncio.gather(*(greedy(engine, doc + SAME) for doc in DOCS))
+        assert all(engine.backend.seq_pos_range(seq)[1] >= 0 for seq in range(2))
+        answer, cached = await greedy(engine, DOCS[0] + OTHER)
+        assert answer == cold[DOCS[0] + OTHER] and cached >= 512  # in place
+        assert sum(engine.backend.seq_pos_range(seq)[1] >= 0 for seq in range(2)) == 1
+        assert tiers(engine)["ram"].entries == 1
+        again, cached = await greedy(engine, DOCS[1] + SAME)
+        # From memory: the entry kept its last window (its answer's tokens included), so the
+        # prompt goes on from its checkpoint.
+        assert again == first[1][0] and cached >= 512
+        assert tiers(engine)["ram"].hits == 1
+    finally:
+        engine.close()
+
+    kept = engine_with(model_path, parallel=2, prompt_cache_ram=0)
+    try:
+        await asyncio.gather(*(greedy(kept, doc + SAME) for doc in DOCS))
+        await greedy(kept, DOCS[0] + OTHER)
+        assert all(kept.backend.seq_pos_range(seq)[1] >= 0 for seq in range(2))
+    finally:
+        kept.close()
+
+
 async def test_the_disk_tier_outlives_the_engine_and_ignores_a_damaged_entry(
     model_path: Path, cold, tmp_path: Path, caplog
 ):

@@ -43,9 +43,8 @@ BRANCH = inventory(0, 58) + " " + inventory(58, 40, "repaired") + "\nWhich lamp 
 
 def started_engine(model_path: Path, **config: Any) -> Engine:
     """A loaded engine of one sequence on the default model, with `config` on top."""
-    engine = Engine(
-        EngineConfig(model_path=str(model_path), parallel=1, n_threads=physical_cores(), **config)
-    )
+    config = {"parallel": 1, "n_threads": physical_cores(), **config}
+    engine = Engine(EngineConfig(model_path=str(model_path), **config))
     engine.start()
     if not engine.wait_loaded(120):
         raise RuntimeError(f"the default model failed to load: {engine.load_error}")

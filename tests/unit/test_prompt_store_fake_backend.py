@@ -303,3 +303,52 @@ def test_the_lookup_compares_every_entry_sharing_the_most_blocks():
         entry, shared = store.best(system + [branch] * 30 + [9], ())
         assert entry is not None and entry.tokens[-1] == branch and shared == BLOCK + 30
     assert store.best(list(range(100, 100 + BLOCK - 1)) + [7] * 40, ())[1] == 0  # no block
+
+
+# ---- idle sequences leave the KV cache while others generate -----------------------------
+
+
+def idle_cells(h: Harness) -> dict[int, int]:
+    """Cells each free sequence holds in the backend's KV cache."""
+    slots, backend = h.scheduler.slots, h.backend
+    return {seq: len(backend.history(seq)) for seq in slots if backend.history(seq)}
+
+
+def test_a_starting_generation_moves_the_idle_sequences_to_memory_and_answers_alike():
+    # A decode in a unified cache attends over every used cell: while anything generates,
+    # what the free sequences hold waits in host memory instead.
+    rng = random.Random(3)
+    restored = 0
+    for _ in range(20):
+        h = Harness(parallel=4, n_ctx=1024, prompt_cache_ram=1 << 20)
+        asked: list[str] = []  # documents
+        for _ in range(8):
+            doc = rng.choice(DOCS)
+            text = f"{doc} {rng.choice(['one', 'two', 'three'])}"
+            job, events = h.submit(text, max_tokens=rng.randrange(2, 6))
+            h.engine.step()  # admitted, its prefill begun
+            assert not idle_cells(h)
+            h.run_until_idle()
+            assert answers(events) == fresh_answer(text, max_tokens=job.request.params.max_tokens)
+            if doc in asked:
+                assert job.cached >= len(doc)  # not decoded again
+            asked.append(doc)
+        restored += h.backend.sequences_restored
+        h.assert_clean()
+    assert restored >= 20
+
+
+def test_without_the_memory_tier_or_room_in_it_idle_sequences_keep_their_cells():
+    for ram in (0, 64):  # off; smaller than any document's state
+        h = Harness(parallel=4, n_ctx=1024, prompt_cache_ram=ram)
+        for doc in DOCS[:3]:  # together: three sequences
+            h.submit(f"{doc} one", max_tokens=4)
+        h.run_until_idle()
+        for question in ("one", "two"):
+            h.submit(f"{DOCS[3]} {question}", max_tokens=4)
+            h.engine.step()
+            assert len(idle_cells(h)) == 2  # its lead took the third
+            h.run_until_idle()
+        # Tried once (the lead's cells, and the two idle ones at the first start), not again.
+        assert h.backend.sequences_saved == (0 if ram == 0 else 3)
+        h.assert_clean()
