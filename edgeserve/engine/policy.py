@@ -20,7 +20,8 @@ What goes into each decode is planned by `planning.Planner`, which the scheduler
 What a free sequence loses (its cells given to another request, or evicted) is first copied
 to the tiers below the KV cache (`PromptStore`: host memory, and a disk folder when set up),
 and a prompt that shares a longer prefix with a stored entry than with any sequence gets it
-put back.
+put back. As a generation starts, the other free sequences' cells go to host memory that way
+too (a decode attends over every used cell of the unified cache), unless memory cannot take them.
 
 When the KV cache is full anyway, a free sequence's prompt cache goes first, then the
 generating choice that holds the most cells ends with `length`; a prefilling job is never cut
