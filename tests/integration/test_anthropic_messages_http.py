@@ -114,7 +114,7 @@ async def test_past_the_timeout_is_an_anthropic_timeout_error(make_client, engin
 
 async def test_a_stream_past_the_timeout_ends_with_an_error_event(make_client, engine):
     # Long enough for the stream to start even on a busy machine; far too short for its tokens.
-    client = await make_client(request_timeout_s=2.0)
+    client = await make_client(request_timeout_s=1.0)
     resp = await client.post(MESSAGES, json=long_answer(stream=True))
     assert resp.status == 200
     events = parse_events(await resp.read())

@@ -186,13 +186,13 @@ async def test_non_stream_past_the_timeout_is_504_and_frees_the_slot(make_client
 
 async def test_stream_past_the_timeout_ends_with_an_error_event(make_client, engine):
     # Long enough for the stream to start even on a busy machine; far too short for its tokens.
-    client = await make_client(request_timeout_s=2.0)
+    client = await make_client(request_timeout_s=1.0)
     body = chat(max_tokens=1500, temperature=0, logit_bias=EOS_BAN, stream=True)
     resp = await client.post(CHAT, json=body)
     assert resp.status == 200
     events, done = parse_events(await resp.read())
     assert done
-    detail = Detail.REQUEST_TIMEOUT.format(seconds=2.0)
+    detail = Detail.REQUEST_TIMEOUT.format(seconds=1.0)
     assert events[-1] == {"error": {"message": detail, "type": "server_error", "code": 504}}
     assert any(e.get("choices") and e["choices"][0]["delta"].get("content") for e in events)
     await assert_engine_idle(engine)

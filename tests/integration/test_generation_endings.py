@@ -48,7 +48,7 @@ SLOW_TOKEN_S = 0.05
 # Far too short for LONG_TOKENS. The engine is held once it has handed over the text of
 # HOLD_AFTER tokens, so the deadline comes while it is held, and the text handed over has the
 # rest of the deadline to reach the handler.
-DEADLINE_S = 2.0
+DEADLINE_S = 1.2
 HOLD_AFTER = 2
 HOLD_GUARD_S = 0.5
 HOLD_LIMIT_S = 30.0  # how long a held engine waits for the abort

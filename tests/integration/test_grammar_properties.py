@@ -22,7 +22,7 @@ from tests.sdk.schema_check import problems
 
 pytestmark = pytest.mark.needs_model
 
-ANSWERS = 56
+ANSWERS = 40  # the rarer ending (a nested document that ends, ~16%) is missed 0.1% of runs
 PER_REQUEST = 8
 NESTED = {
     "type": "object",

@@ -52,11 +52,11 @@ async def test_error_body(client):
 
 
 async def test_stream_past_the_timeout_ends_with_an_error_event(make_client, engine):
-    client = await make_client(request_timeout_s=2.0)
+    client = await make_client(request_timeout_s=1.0)
     resp = await client.post(RESPONSES, json=COUNTING)
     assert resp.status == 200
     found = named_events(await resp.read())
-    detail = Detail.REQUEST_TIMEOUT.format(seconds=2.0)
+    detail = Detail.REQUEST_TIMEOUT.format(seconds=1.0)
     assert found[-1] == (None, {"error": {"message": detail, "type": "server_error", "code": 504}})
     assert any(name == "response.output_text.delta" for name, _ in found)
     await assert_engine_idle(engine)

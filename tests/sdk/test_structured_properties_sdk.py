@@ -15,7 +15,7 @@ from tests.sdk.schema_check import problems
 
 pytestmark = pytest.mark.needs_model
 
-ANSWERS = 56
+ANSWERS = 32  # each ending is ~1 in 3: missing one is a 1-in-200,000 run
 PER_REQUEST = 8
 PET = {
     "type": "object",
