@@ -115,6 +115,34 @@ def test_draws_follow_the_adjusted_softmax(monkeypatch, case, gap):
     assert_follows(drawn, reference(row, params, history))
 
 
+@pytest.mark.parametrize("size", [1, draw.BLOCK - 1, draw.BLOCK, 5 * draw.BLOCK + 37])
+def test_a_uniform_finds_the_token_whose_interval_holds_it(size):
+    """The blocked search (block totals, then one block's running sum) answers what one
+    running sum over every weight answers, for uniforms spread over the whole mass and on
+    the blocks' edges; zero weights (a third of them, and the last block's padding) never."""
+    gen = np.random.default_rng(size)
+    weights = gen.exponential(1.0, size).astype(np.float32)
+    weights[gen.random(size) < 1 / 3] = 0.0
+    weights[gen.integers(size)] = 1.0
+    padded = np.zeros(-(-size // draw.BLOCK) * draw.BLOCK, dtype=np.float32)
+    padded[:size] = weights
+    blocks = padded.reshape(-1, draw.BLOCK)
+    sums = np.cumsum(blocks.sum(axis=1, dtype=np.float64))
+    running = np.cumsum(weights, dtype=np.float64)
+    edges = np.nextafter(sums, 0.0)
+    for u in np.concatenate((gen.random(2000) * sums[-1], edges, sums[:-1], [0.0])):
+        found = draw._find_in_blocks(blocks, sums, float(u))
+        assert found < size and weights[found] > 0, (u, found)
+        expected = int(np.searchsorted(running, u, side="right"))
+        if abs(running[min(expected, size - 1)] - u) > 1e-9 * sums[-1]:  # off a rounding edge
+            assert found == expected, (u, found, expected)
+    # Block totals a rounding above the block's own running sum: a uniform between the two
+    # takes the block's last token with weight.
+    over = sums * (1 + 1e-9)
+    found = draw._find_in_blocks(blocks, over, float(sums[0] * (1 + 1e-10)))
+    assert found == int(np.flatnonzero(blocks[0])[-1])
+
+
 def test_the_row_is_never_written():
     row = ROW.copy()
     params = SamplingParams(temperature=0.7, logit_bias={3: 5.0}, presence_penalty=1.0)
