@@ -24,58 +24,64 @@ def check_scheduler(scheduler: Scheduler) -> None:
     s = scheduler
     owners: dict[int, tuple[int, int]] = {}
     for job in s.active:
-        _expect(
-            job.state in (JobState.PREFILLING, JobState.GENERATING) and not job.finished,
-            f"job {job.rid} is active in state {job.state.value}",
-        )
+        if job.state not in (JobState.PREFILLING, JobState.GENERATING) or job.finished:
+            _fail(f"job {job.rid} is active in state {job.state.value}")
         for choice in job.choices:
             if choice.done:
                 continue
             seq = choice.seq_id
-            _expect(seq not in owners, f"sequence {seq} has two owners")
-            _expect(seq not in s.slots, f"sequence {seq} is owned and free")
+            if seq in owners:
+                _fail(f"sequence {seq} has two owners")
+            if seq in s.slots:
+                _fail(f"sequence {seq} is owned and free")
             owners[seq] = (job.rid, choice.index)
-            _expect_cells(s, seq, choice.n_past, f"job {job.rid} choice {choice.index}")
-        if job.state is JobState.PREFILLING:
-            _expect(job.lead.n_past == job.prefilled, f"job {job.rid} lead is not at its prefill")
+            _expect_cells(s, seq, choice.n_past, owners[seq])
+        if job.state is JobState.PREFILLING and job.lead.n_past != job.prefilled:
+            _fail(f"job {job.rid} lead is not at its prefill")
     for seq in range(s.n_seq):
         if seq in s.slots:
-            _expect_cells(s, seq, len(s.slots.held(seq)), "free")
-        else:
-            _expect(seq in owners, f"sequence {seq} is neither owned nor free")
+            _expect_cells(s, seq, len(s.slots.held(seq)), None)
+        elif seq not in owners:
+            _fail(f"sequence {seq} is neither owned nor free")
     for job in s.waiting:
-        _expect(job.state is JobState.QUEUED, f"job {job.rid} waits in {job.state.value}")
+        if job.state is not JobState.QUEUED:
+            _fail(f"job {job.rid} waits in {job.state.value}")
     for sjob in s.scoring:
-        _expect(sjob.state is JobState.GENERATING, f"score job {sjob.rid} is not running")
+        if sjob.state is not JobState.GENERATING:
+            _fail(f"score job {sjob.rid} is not running")
     reserved = sum(job.prompt.reserve for job in s.active)
-    _expect(s.reserved == reserved, f"reserved {s.reserved} != {reserved} live")
+    if s.reserved != reserved:
+        _fail(f"reserved {s.reserved} != {reserved} live")
     held = {seq: len(s.slots.held(seq)) for seq in s.slots}
     held |= {c.seq_id: c.n_past for job in s.active for c in job.choices if not c.done}
     for seq, length in held.items():
         for checkpoint in s.windows.of(seq):
-            _expect(
-                checkpoint.position <= length,
-                f"sequence {seq} holds {length} positions, has a checkpoint at "
-                f"{checkpoint.position}",
-            )
-    if s.draft_model is not None:
-        mismatch = s.draft_model.mismatch()
-        _expect(mismatch is None, f"{mismatch}")
+            if checkpoint.position > length:
+                _fail(
+                    f"sequence {seq} holds {length} positions, has a checkpoint at "
+                    f"{checkpoint.position}"
+                )
+    if s.draft_model is not None and (mismatch := s.draft_model.mismatch()) is not None:
+        _fail(mismatch)
 
 
-def _expect_cells(s: Scheduler, seq: int, n_past: int, who: str) -> None:
+def _expect_cells(s: Scheduler, seq: int, n_past: int, owner: tuple[int, int] | None) -> None:
     """Check that `seq` holds positions 0 … n_past-1: all of them, or (with a sliding window)
-    at least those the window of its next position finds."""
+    at least those the window of its next position finds. `owner`: (job, choice), None for a
+    free sequence."""
     first, last = s.kv.seq_pos_range(seq)
     if n_past == 0:
-        _expect(last < 0, f"sequence {seq} ({who}) should be empty, holds up to {last}")
-    else:
-        _expect(
-            0 <= first <= s.window_start(n_past) and last == n_past - 1,
-            f"sequence {seq} ({who}) holds [{first}, {last}], expected [0, {n_past - 1}]",
-        )
+        if last >= 0:
+            _fail(f"sequence {seq} ({_who(owner)}) should be empty, holds up to {last}")
+    elif not (0 <= first <= s.window_start(n_past) and last == n_past - 1):
+        _fail(f"sequence {seq} ({_who(owner)}) holds [{first}, {last}], expected [0, {n_past - 1}]")
 
 
-def _expect(ok: bool, message: str) -> None:
-    if not ok:
-        raise InvariantError(message)
+def _who(owner: tuple[int, int] | None) -> str:
+    return "free" if owner is None else f"job {owner[0]} choice {owner[1]}"
+
+
+def _fail(message: str) -> None:
+    """Raise InvariantError (messages are formatted only when an invariant fails: this check
+    runs every step)."""
+    raise InvariantError(message)
