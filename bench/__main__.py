@@ -7,11 +7,10 @@ and llama_cpp.server.
 For each concurrency N, the servers start together (`--parallel N`, same model, threads and
 context) and take turns under the same streaming load, the order rotating every round so that
 machine drift cancels (at N=1 request by request, and llama-bench takes its turn after them);
-then they stop. These load
-levels, and the long-prompt workload (bench/long_prompt.py: TTFT on never-seen prompts of ~2k
-and ~6k tokens at --parallel 1), run on the default model and again on a second model
-(--model2: SmolLM2-135M-Instruct, fetched from PyPI; --model2-only runs them on it alone,
---long-prompt-only runs only the long prompts). On the default model only: at N=1 the
+then they stop. These load levels, and the long-prompt workload (bench/long_prompt.py: TTFT on
+never-seen prompts of ~2k and ~6k tokens at --parallel 1), run on the default model and again
+on a second model (--model2: SmolLM2-135M-Instruct, fetched from PyPI; --model2-only runs them
+on it alone, --long-prompt-only runs only the long prompts). On the default model only: at N=1 the
 multi-turn chat case and the scoring comparison run as well; after the levels, edgeserve's
 embeddings against a llama-server of its own with `--embeddings`, the grounded workload, and
 image requests against a llama-server of its own with `--mmproj` (bench/images.py;
