@@ -558,10 +558,10 @@ class Bench:
         for temperature in temperatures:
 
             async def attempt(tried: int, temperature: float = temperature) -> dict[str, Any]:
-                runs = await load.run_in_turns(
-                    servers, per_stream(a.requests, 1), a.tokens, a.prompt_words,
-                    model.info.eog_ids, rnd, temperature, tried,
-                )  # fmt: skip
+                shape = load.LoadShape(
+                    a.tokens, a.prompt_words, model.info.eog_ids, rnd, temperature, tried
+                )
+                runs = await load.run_in_turns(servers, per_stream(a.requests, 1), shape)
                 return {"runs": runs}
 
             noise, data = await self.quietest(running, attempt)
@@ -608,18 +608,10 @@ class Bench:
         """One load run on `model` (its `attempt`-th try), with the CPU the server used."""
         a = self.args
         cpu0 = server.cpu()
-        res = await load.run_load(
-            server.url,
-            server.kind,
-            c,
-            per_stream(a.requests, c),
-            a.tokens,
-            a.prompt_words,
-            model.info.eog_ids,
-            rnd,
-            temperature,
-            attempt,
+        shape = load.LoadShape(
+            a.tokens, a.prompt_words, model.info.eog_ids, rnd, temperature, attempt
         )
+        res = await load.run_load(server.url, server.kind, c, per_stream(a.requests, c), shape)
         res.server_cpu_s = server.cpu() - cpu0
         return self.run_record(res, rnd, temperature)
 

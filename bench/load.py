@@ -233,19 +233,34 @@ def summarize(server: str, concurrency: int, streams: list[Stream], wall: float)
     )
 
 
+@dataclass(frozen=True)
+class LoadShape:
+    """What each request of a load run asks: `max_tokens` tokens after a prompt of about
+    `prompt_words` words (`load_prompt_index`'s for round `rnd` and try `attempt`), greedy or
+    at `temperature` with a seed per request (the same everywhere), `eog_ids` banned."""
+
+    max_tokens: int
+    prompt_words: int
+    eog_ids: Sequence[int]
+    rnd: int = 0
+    temperature: float = 0.0
+    attempt: int = 0
+
+    def body(self, kind: str, concurrency: int, request: int, worker: int) -> dict[str, Any]:
+        """The chat request `worker` of a run at `concurrency` sends `request`-th, for a
+        server of `kind`."""
+        sampled = self.temperature > 0
+        index = load_prompt_index(self.rnd, concurrency, request, worker, sampled, self.attempt)
+        messages = [{"role": "user", "content": prompt_text(index, self.prompt_words)}]
+        seed = index if sampled else None
+        return chat_body(kind, messages, self.max_tokens, self.eog_ids, self.temperature, seed)
+
+
 async def run_load(
-    url: str,
-    kind: str,
-    concurrency: int,
-    per_worker: int,
-    max_tokens: int,
-    prompt_words: int,
-    eog_ids: Sequence[int],
-    rnd: int = 0,
-    temperature: float = 0.0,
-    attempt: int = 0,
+    url: str, kind: str, concurrency: int, per_worker: int, shape: LoadShape
 ) -> RunResult:
-    """`concurrency` workers each stream `per_worker` requests back to back (closed loop).
+    """`concurrency` workers each stream `per_worker` requests of `shape` back to back
+    (closed loop).
 
     Prompts are `load_prompt_index`'s: a later run or a retried one never hits a prompt cache
     filled by an earlier one (llama-server keeps past prompts in RAM), and every server gets
@@ -254,11 +269,7 @@ async def run_load(
 
     async def worker(w: int, http: aiohttp.ClientSession) -> None:
         for r in range(per_worker):
-            index = load_prompt_index(rnd, concurrency, r, w, temperature > 0, attempt)
-            messages = [{"role": "user", "content": prompt_text(index, prompt_words)}]
-            seed = index if temperature > 0 else None  # a seed per request, the same everywhere
-            body = chat_body(kind, messages, max_tokens, eog_ids, temperature, seed)
-            streams.append(await stream_chat(http, url, body))
+            streams.append(await stream_chat(http, url, shape.body(kind, concurrency, r, w)))
 
     async with session(concurrency + 2) as http:
         started = time.perf_counter()
@@ -268,32 +279,22 @@ async def run_load(
 
 
 async def run_in_turns(
-    servers: Sequence[Server],
-    requests: int,
-    max_tokens: int,
-    prompt_words: int,
-    eog_ids: Sequence[int],
-    rnd: int = 0,
-    temperature: float = 0.0,
-    attempt: int = 0,
+    servers: Sequence[Server], requests: int, shape: LoadShape
 ) -> list[RunResult]:
     """One stream at a time, the servers taking turns request by request (the same prompt
-    for each, the first server rotating), `requests` each: a change in the machine's speed
-    during the round falls on every server alike, where runs one server after the other
-    measured its slow and fast spells (one round saw llama-server at 106 and 122 tok/s).
-    Each server's requests are summarized as `run_load`'s are at concurrency 1: its wall
-    time and CPU are those of its own requests."""
+    for each, the first server rotating), `requests` of `shape` each: a change in the
+    machine's speed during the round falls on every server alike, where runs one server after
+    the other measured its slow and fast spells (one round saw llama-server at 106 and 122
+    tok/s). Each server's requests are summarized as `run_load`'s are at concurrency 1: its
+    wall time and CPU are those of its own requests."""
     streams: dict[str, list[Stream]] = {s.kind: [] for s in servers}
     walls = dict.fromkeys(streams, 0.0)
     cpus = dict.fromkeys(streams, 0.0)
     async with session(2) as http:
         for r in range(requests):
-            index = load_prompt_index(rnd, 1, r, 0, temperature > 0, attempt)
-            messages = [{"role": "user", "content": prompt_text(index, prompt_words)}]
-            seed = index if temperature > 0 else None
             shift = r % len(servers)
             for server in [*servers[shift:], *servers[:shift]]:
-                body = chat_body(server.kind, messages, max_tokens, eog_ids, temperature, seed)
+                body = shape.body(server.kind, 1, r, 0)
                 cpu, started = server.cpu(), time.perf_counter()
                 streams[server.kind].append(await stream_chat(http, server.url, body))
                 walls[server.kind] += time.perf_counter() - started
