@@ -432,7 +432,7 @@ def _long_prompt(part: dict[str, Any], tab: _Table, title: str, prefix: str) -> 
     ]
     for size in lp["sizes"]:
         figures = {s: (lp.get(s) or {}).get(str(size)) or {} for s in tab.servers}
-        noise = rounds_noise(*(figures[s].get("ttft_ms") or [] for s in EDGESERVES))
+        noise = rounds_noise(*(figures.get(s, {}).get("ttft_ms") or [] for s in EDGESERVES))
         for row, row_noise in (
             (Row(f"TTFT p50 ms ~{size} tokens", "ttft_p50_ms", "{:.0f}", False), noise),
             (Row(f"prompt tokens ~{size}", "prompt_tokens", "{:.0f}", None), None),

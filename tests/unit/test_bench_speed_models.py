@@ -110,6 +110,19 @@ def test_long_prompts_are_held_to_llama_server_s_ttft_on_both_models():
     assert lines[at + 1].split()[5:] == ["310", "300", "300", "1.03", "1.03"]
 
 
+def test_long_prompts_are_reported_without_a_previous_release():
+    # BASELINE=none: the long prompts ran on edgeserve and llama-server only
+    data = results((EDGESERVE, LLAMA_SERVER))
+    data["long_prompt"] = long_prompt_result(
+        {EDGESERVE: (330.0, 1100.0), LLAMA_SERVER: (300.0, 1000.0)}
+    )
+    lines = report.table(data).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("long prompts ("))
+    # edgeserve, llama-server, es/llama-server
+    assert lines[at + 1].split()[5:] == ["330", "300", "1.10"]
+    assert report.versus_previous(data) == []
+
+
 def test_the_new_figures_are_compared_with_the_previous_release():
     data = with_model2(edgeserve=100.0, edgeserve_baseline=125.0)
     figures = {f.label: f for f in report.versus_previous(data)}
