@@ -326,6 +326,16 @@ class Backend(KvCache, Protocol):
         ...
 
     @property
+    def idle_work_left(self) -> bool:
+        """True while work put off until the engine is idle remains (reading every token's
+        piece for `max_piece_bytes`)."""
+        ...
+
+    def idle_work(self) -> None:
+        """A few milliseconds of that work (engine thread, while idle)."""
+        ...
+
+    @property
     def holds_compute_pages(self) -> bool:
         """True while pages of the generation context's compute buffer may be resident."""
         ...

@@ -339,7 +339,8 @@ class Engine:
         context's logit rows back to the system OUTPUT_PAGES_IDLE_S after the last step, its
         compute buffer and the heap's free pages COMPUTE_PAGES_IDLE_S after it, and write what
         free sequences hold to the prompt cache's disk tier (should the process die; memory
-        takes its copy only when the cells are given to another request)."""
+        takes its copy only when the cells are given to another request); then a slice of the
+        backend's idle work, the inbox looked at between slices."""
         stepper = self._ready()
         backend = stepper.state.backend
         now = time.monotonic()
@@ -352,6 +353,8 @@ class Engine:
             stepper.publish()
         if self._compute_pages_due(stepper, now) == 0.0:
             backend.release_compute_pages()
+        if backend.idle_work_left:
+            backend.idle_work()
 
     def _housekeeping_due(self, stepper: Stepper) -> float | None:
         """Seconds until idle housekeeping is due (None: nothing to do)."""
@@ -361,6 +364,7 @@ class Engine:
             self._output_pages_due(stepper, now),
             self._compute_pages_due(stepper, now),
             0.0 if stepper.state.scheduler.unstored() else None,
+            0.0 if stepper.state.backend.idle_work_left else None,
         ]
         return min((due for due in dues if due is not None), default=None)
 

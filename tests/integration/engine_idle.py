@@ -32,14 +32,15 @@ async def _quiet_ticks(engine) -> int:
 
 
 async def assert_engine_idle(engine, timeout: float = 10.0) -> None:
-    """Wait (up to `timeout`) until the engine has no busy slot, no score or embeddings job
-    and no queued request, then assert it stays idle for QUIET_S and its KV cache holds only
-    the prefix cache."""
+    """Wait (up to `timeout`) until the engine has no busy slot, no score or embeddings job,
+    no queued request and no idle work left (the vocabulary scan after a load), then assert
+    it stays idle for QUIET_S and its KV cache holds only the prefix cache."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
         stats = engine.stats()
-        if stats.busy_slots == 0 and stats.scoring_jobs == 0 and stats.queue_length == 0:
+        quiet = stats.busy_slots == 0 and stats.scoring_jobs == 0 and stats.queue_length == 0
+        if quiet and not engine.backend.idle_work_left:
             break
         assert loop.time() < deadline, f"the engine is still busy: {stats}"
         await asyncio.sleep(0.02)

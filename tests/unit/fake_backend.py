@@ -452,6 +452,11 @@ class FakeBackend:
     def release_output_pages(self) -> None:
         return
 
+    idle_work_left = False  # its max_piece_bytes is known from the start
+
+    def idle_work(self) -> None:
+        return
+
     holds_compute_pages = False
 
     def release_compute_pages(self) -> None:

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import ctypes
+import threading
 from typing import Any
 
 import llama_cpp.llama_cpp as lc
+
+# Tokens one slice of the longest-piece scan reads (~5 ms on one core): what an idle engine
+# does between looks at its inbox.
+SCAN_SLICE = 4096
 
 
 class Vocabulary:
@@ -18,6 +23,10 @@ class Vocabulary:
         self.add_bos = bool(lc.llama_vocab_get_add_bos(vocab))
         self.bos = lc.llama_vocab_bos(vocab)
         self._pieces: dict[int, bytes] = {}
+        # The longest-piece scan: tokens read so far, the longest piece among them.
+        self._scan_lock = threading.Lock()
+        self._scanned = 0
+        self._longest = 1
 
     def token_text(self, token: int) -> str:
         """The text of a special token such as BOS or EOS ("" for none)."""
@@ -57,12 +66,29 @@ class Vocabulary:
         """True for end-of-generation tokens (EOS, EOT, <end_of_turn> …)."""
         return bool(lc.llama_vocab_is_eog(self.vocab, token))
 
+    @property
+    def pieces_unscanned(self) -> bool:
+        """True until every token's piece has been read for `max_piece_bytes`."""
+        return self._scanned < self.n_vocab
+
+    def scan_pieces(self, count: int = SCAN_SLICE) -> None:
+        """Read the next `count` tokens' pieces into the longest-piece scan: the engine does
+        it a slice at a time while idle, so that no request waits for the whole scan."""
+        with self._scan_lock:
+            self._scan(count)
+
     def max_piece_bytes(self) -> int:
         """The longest token's bytes (special tokens as text): a prompt of B bytes has at
-        least B / this many tokens."""
+        least B / this many tokens. Reads whatever the idle engine has not scanned yet."""
+        with self._scan_lock:
+            self._scan(self.n_vocab)
+            return self._longest
+
+    def _scan(self, count: int) -> None:
         buf = ctypes.create_string_buffer(1024)
-        longest = 1
-        for token in range(self.n_vocab):
+        longest = self._longest
+        end = min(self.n_vocab, self._scanned + count)
+        for token in range(self._scanned, end):
             n = lc.llama_token_to_piece(self.vocab, token, buf, 1024, 0, True)
             longest = max(longest, abs(n))
-        return longest
+        self._longest, self._scanned = longest, end
