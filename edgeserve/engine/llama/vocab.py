@@ -85,9 +85,11 @@ class Vocabulary:
             return self._longest
 
     def _scan(self, count: int) -> None:
+        end = min(self.n_vocab, self._scanned + count)
+        if end == self._scanned:
+            return
         buf = ctypes.create_string_buffer(1024)
         longest = self._longest
-        end = min(self.n_vocab, self._scanned + count)
         for token in range(self._scanned, end):
             n = lc.llama_token_to_piece(self.vocab, token, buf, 1024, 0, True)
             longest = max(longest, abs(n))
