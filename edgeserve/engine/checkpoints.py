@@ -9,13 +9,13 @@ prompt with another question, a chat turn that rewrote the last answer) cannot g
 that part, since the window there is gone.
 
 So while a prompt is decoded, the window of its sequence is copied out now and then (at
-every `spacing` positions, where the prompt's last message starts, and before its last token:
-`due`), and a prefix whose window is gone
-is reused from the latest checkpoint at or before its end: the window is put back and the
-tokens after the checkpoint are decoded again. A checkpoint holds one window (n_swa - 1
-cells of the sliding layers) and stays valid while its sequence keeps the positions before
-it; all of them together hold at most `budget` cells (the memory the smaller caches save,
-so that the KV never takes more than full-size caches would), the oldest going first.
+every `spacing` positions, where the prompt's last message and that message's last line start,
+and before its last token: `due`), and a prefix whose window is gone is reused from the latest
+checkpoint at or before its end: the window is put back and the tokens after the checkpoint
+are decoded again. A checkpoint holds one window (n_swa - 1 cells of the sliding layers) and
+stays valid while its sequence keeps the positions before it; all of them together hold at
+most `budget` cells (the memory the smaller caches save, so that the KV never takes more than
+full-size caches would), the oldest going first.
 
 Pure bookkeeping: the backend's state is an opaque handle here.
 """
@@ -64,13 +64,13 @@ class WindowCheckpoints:
         """The checkpoints of `seq`, oldest first."""
         return [c for c in self._kept if c.seq == seq]
 
-    def due(self, seq: int, position: int, n_prompt: int, turn_start: int = 0) -> bool:
+    def due(self, seq: int, position: int, n_prompt: int, marks: tuple[int, ...] = ()) -> bool:
         """Whether to take one for `seq` before `position` of a prompt of `n_prompt` tokens:
-        at each multiple of `spacing`, where its last message starts (`turn_start`, 0: not
-        known) and before its last token, once per position."""
+        at each multiple of `spacing`, at the prompt's `marks` (where its last message and
+        that message's last line start) and before its last token, once per position."""
         if not self.enabled or position <= 0 or position >= n_prompt:
             return False
-        if position % self.spacing and position not in (n_prompt - 1, turn_start):
+        if position % self.spacing and position != n_prompt - 1 and position not in marks:
             return False
         return all(c.position != position for c in self.of(seq))
 

@@ -113,14 +113,18 @@ class Prompt:
     reserve: int
     gbnf: str | None = None
     media: tuple[MediaSpan, ...] = ()
-    # Where the conversation's last message starts (0: not known), on a sliding-window model:
-    # a window checkpoint there lets the same conversation with another last message (the
-    # same document, another question) go on from it.
-    turn_start: int = 0
+    # On a sliding-window model, prompt positions where a window checkpoint is taken besides
+    # the window's multiples, in order (where the last message starts, where its last line
+    # does: prepare.py): a prompt that shares the tokens before one goes on from there.
+    marks: tuple[int, ...] = ()
 
     def media_at(self, position: int) -> MediaSpan | None:
         """The media item that starts at `position`, if one does."""
         return next((span for span in self.media if span.start == position), None)
+
+    def next_mark(self, position: int) -> int | None:
+        """The first of `marks` after `position`, if any."""
+        return next((mark for mark in self.marks if mark > position), None)
 
     def text_end(self, position: int) -> int:
         """Where the run of tokens from `position` ends: the next media item's start, or the

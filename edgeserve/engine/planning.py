@@ -239,8 +239,8 @@ class Planner:
             spacing = self.checkpoint_spacing
             if spacing and not _in_short_tail(job):  # a chunk ends where a checkpoint goes
                 take = min(take, spacing - job.prefilled % spacing)
-                if job.prefilled < (turn := job.prompt.turn_start):
-                    take = min(take, turn - job.prefilled)
+                if (mark := job.prompt.next_mark(job.prefilled)) is not None:
+                    take = min(take, mark - job.prefilled)
             if take <= 0:
                 break
             last = job.prefilled + take == len(job.tokens)

@@ -452,7 +452,7 @@ class Scheduler:
         """Copy the window of the job's lead sequence before the next prompt position when
         one is due there."""
         seq, position = job.lead.seq_id, job.prefilled
-        if self.windows.due(seq, position, len(job.tokens), job.prompt.turn_start):
+        if self.windows.due(seq, position, len(job.tokens), job.prompt.marks):
             state = self.kv.save_window(seq, position)
             if state is not None:
                 self.windows.add(seq, position, state)

@@ -76,15 +76,16 @@ def prepare_generation(
     n_ctx = backend.n_ctx
     prompt = request.prompt
     media: tuple[MediaSpan, ...] = ()
+    marks: tuple[int, ...] = ()
     if isinstance(prompt, ChatPrompt) and any(turn.media for turn in prompt.messages):
         tokens, media = _media_prompt(backend, config, prompt)
     elif isinstance(prompt, TokenPrompt):
         tokens = known_tokens(backend.n_vocab, prompt.ids)
     else:
-        tokens = _text_tokens(backend, prompt)
-    turn_start = 0
-    if isinstance(prompt, ChatPrompt) and backend.checkpoint_budget and not media:
-        turn_start = _last_turn_start(backend, prompt, tokens)
+        text = backend.render(prompt) if isinstance(prompt, ChatPrompt) else prompt
+        tokens = _text_tokens(backend, text, chat=isinstance(prompt, ChatPrompt))
+        if backend.checkpoint_budget:
+            marks = _checkpoint_marks(backend, prompt, text, tokens)
     n_prompt = len(tokens)
     if n_prompt >= n_ctx:
         raise PromptTooLong(n_prompt, n_ctx)
@@ -97,16 +98,12 @@ def prepare_generation(
     max_new = min(wanted, room) if wanted is not None else room
     share = max(1, n_ctx // config.parallel)
     reserve = min(n_ctx, n_prompt + request.n * min(max_new, share))
-    return Prompt(tokens, max_new, reserve, gbnf, media, turn_start)
+    return Prompt(tokens, max_new, reserve, gbnf, media, marks)
 
 
-def _text_tokens(backend: Backend, prompt: ChatPrompt | str) -> list[int]:
-    """A chat (rendered, special tokens parsed, BOS ensured) or raw text (BOS added as the
+def _text_tokens(backend: Backend, text: str, *, chat: bool) -> list[int]:
+    """A rendered chat (special tokens parsed, BOS ensured) or raw text (BOS added as the
     model says) as tokens; PromptTooLong when its size alone proves it cannot fit."""
-    if isinstance(prompt, ChatPrompt):
-        chat, text = True, backend.render(prompt)
-    else:
-        chat, text = False, prompt
     bound = at_least_tokens(backend, text)
     if bound >= backend.n_ctx:
         raise PromptTooLong(bound, backend.n_ctx, at_least=True)
@@ -123,16 +120,48 @@ def _chat_tokens(backend: Backend, text: str) -> list[int]:
     return tokens
 
 
+def _checkpoint_marks(
+    backend: Backend, prompt: ChatPrompt | str, text: str, tokens: list[int]
+) -> tuple[int, ...]:
+    """Where a sliding-window model's checkpoints go besides the window's multiples, in order:
+    where a conversation's last message starts and where the last line of its text (or of a
+    raw prompt) starts. The same conversation with another last message, or the same document
+    with another question on its last line, then goes on from there."""
+    marks = {_last_line_start(backend, prompt, text, tokens)}
+    if isinstance(prompt, ChatPrompt):
+        marks.add(_last_turn_start(backend, prompt, tokens))
+    return tuple(sorted(m for m in marks if 1 < m < len(tokens) - 1))
+
+
 def _last_turn_start(backend: Backend, prompt: ChatPrompt, tokens: list[int]) -> int:
     """Where the conversation's last message starts in its `tokens`: how far they agree with
-    the conversation rendered without it (0 when that cannot be rendered, or agrees with
-    nothing but the BOS or with all but the last token)."""
+    the conversation rendered without it (0 when that cannot be rendered)."""
     earlier = replace(prompt, messages=prompt.messages[:-1])
     try:
-        start = common_prefix(_chat_tokens(backend, backend.render(earlier)), tokens)
+        return common_prefix(_chat_tokens(backend, backend.render(earlier)), tokens)
     except InvalidPrompt:
         return 0
-    return start if 1 < start < len(tokens) - 1 else 0
+
+
+def _last_line_start(
+    backend: Backend, prompt: ChatPrompt | str, text: str, tokens: list[int]
+) -> int:
+    """Where the last line of the last message's text (of a raw prompt: its own last line)
+    starts in `tokens`, which `text` was tokenized into: the rest of `text` from that line on,
+    tokenized alone, must be the prompt's last tokens (0 when it has no earlier line, or its
+    tokens there do not split at the line's start)."""
+    if isinstance(prompt, ChatPrompt):
+        content = prompt.messages[-1].content if prompt.messages else ""
+    else:
+        content = prompt
+    _, newline, line = content.rstrip().rpartition("\n")
+    at = text.rfind(line) if newline and line.strip() else -1
+    if at <= 0:
+        return 0
+    chat = isinstance(prompt, ChatPrompt)
+    tail = backend.tokenize(text[at:], add_special=False, parse_special=chat)
+    start = len(tokens) - len(tail)
+    return start if tail and tokens[start:] == tail else 0
 
 
 def _media_prompt(

@@ -69,6 +69,16 @@ def full_engine(model_path: Path) -> Iterator[Engine]:
     engine.close()
 
 
+def line_start(engine: Engine, prompt: str) -> int:
+    """Where the last line of a raw `prompt` starts among its tokens (checked to be where the
+    tokens of that line, tokenized alone, begin)."""
+    backend = engine.backend
+    tokens = backend.tokenize(prompt, add_special=True, parse_special=False)
+    line = backend.tokenize(prompt.rpartition("\n")[2], add_special=False, parse_special=False)
+    assert tokens[-len(line) :] == line
+    return len(tokens) - len(line)
+
+
 async def greedy(engine: Engine, prompt: str, max_tokens: int = 8) -> tuple[str, int]:
     """The greedy answer and how many prompt tokens came from the cache."""
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
@@ -103,3 +113,24 @@ async def test_a_prefix_whose_window_is_gone_comes_from_a_checkpoint_and_answers
     cold, cold_cached = await greedy(full_engine, BRANCH)
     assert cold_cached <= 1
     assert branch == full == cold
+
+
+async def test_another_question_after_the_same_stored_document_goes_on_from_its_line(
+    model_path: Path, full_engine
+):
+    # LONG is asked, then its cells go to another prompt (LONG moves to the memory tier, its
+    # sliding layers holding only its last window). LONG with another question on its last
+    # line comes back from the checkpoint where that line starts: every position of the
+    # document, not only those before the last multiple of the window.
+    other = inventory(0, 130) + "\nWhich lamp was blue?"
+    engine = started_engine(model_path, n_ctx=N_CTX, prompt_cache_ram=1 << 30)
+    try:
+        start = line_start(engine, other)
+        assert start % WINDOW > 64  # well past the last multiple of the window
+        await greedy(engine, LONG)
+        await greedy(engine, "Something else entirely.")
+        answer, cached = await greedy(engine, other)
+    finally:
+        engine.close()
+    assert cached == start
+    assert answer == (await greedy(full_engine, other))[0]

@@ -209,7 +209,7 @@ def test_a_checkpoint_where_the_last_message_starts_keeps_the_earlier_ones_for_a
 
     first, _ = h.submit(conversation("one"), max_tokens=4)
     h.run_until_idle()
-    assert first.prompt.turn_start == 1 + len(document)  # after the BOS and the document
+    assert first.prompt.marks == (1 + len(document),)  # after the BOS and the document
     if stored:
         h.submit("another prompt " * 6, max_tokens=4)  # takes the only sequence's cells
         h.run_until_idle()
@@ -218,3 +218,45 @@ def test_a_checkpoint_where_the_last_message_starts_keeps_the_earlier_ones_for_a
     assert second.cached == 1 + len(document)
     assert answers(events) == fresh_answer(conversation("two"), max_tokens=4)
     h.assert_clean()
+
+
+@pytest.mark.parametrize("stored", [False, True])
+@pytest.mark.parametrize("chat", [False, True])
+def test_a_checkpoint_where_the_last_line_starts_gives_the_document_back_for_another_question(
+    stored: bool, chat: bool
+):
+    # One message (or raw text): an 83-letter document, a line break, a question. Another
+    # question after the same document goes on from the checkpoint where the question's line
+    # starts (the latest multiple of the window would give back only 80 positions).
+    h = Harness(window=WINDOW, parallel=1, n_ctx=256, prompt_cache_ram=(1 << 20) * stored)
+    document = "abcdefghij" * 8 + "klm"
+    line_start = 1 + len(document) + 1  # after the BOS, the document and the line break
+
+    def asking(question: str) -> ChatPrompt | str:
+        text = f"{document}\n{question}"
+        return ChatPrompt((ChatTurn("user", text),)) if chat else text
+
+    first, _ = h.submit(asking("which one"), max_tokens=4)
+    h.run_until_idle()
+    assert first.prompt.marks == (line_start,)
+    if stored:
+        h.submit("another prompt " * 6, max_tokens=4)  # takes the only sequence's cells
+        h.run_until_idle()
+    second, events = h.submit(asking("and the other"), max_tokens=4)
+    h.run_until_idle()
+    assert second.cached == line_start
+    assert answers(events) == fresh_answer(asking("and the other"), max_tokens=4)
+    h.assert_clean()
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["a single line", "a line\n", "a line\n   \n", "x" * 40 + "\nq"],
+)
+def test_no_line_mark_without_an_earlier_line_or_too_near_the_end(text: str):
+    # A line mark needs a line before the last one, and text on the last line; a mark on the
+    # prompt's last token (here: a one-letter line) is the checkpoint taken there anyway.
+    h = Harness(window=WINDOW, parallel=1, n_ctx=256)
+    job, _ = h.submit(text, max_tokens=2)
+    h.run_until_idle()
+    assert job.prompt.marks == ()
