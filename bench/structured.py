@@ -106,7 +106,11 @@ def raw_control_in_string(text: str) -> bool:
 async def compare(servers: list[tuple[str, str]], requests: int, max_tokens: int) -> dict[str, Any]:
     """`requests` answers per server (kind, url), taking turns; per-server totals."""
     answers: dict[str, list[dict[str, Any]]] = {kind: [] for kind, _ in servers}
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as http:
+    # A connection each: llama-server closes idle keep-alive connections after 5 s, and an
+    # answer of each other server can take that long (a reused one fails as "disconnected").
+    connector = aiohttp.TCPConnector(force_close=True)
+    timeout = aiohttp.ClientTimeout(total=600)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as http:
         for kind, url in servers:
             await one(http, url, body(kind, 4))
         for index in range(requests):
