@@ -94,7 +94,10 @@ class PromptFiles:
         (logged, deleted). Its modification time is touched (most recently used)."""
         path = Path(file)
         try:
-            data = bytearray(path.read_bytes())
+            with path.open("rb") as f:  # read into the one buffer the entry's state will be
+                data = bytearray(os.fstat(f.fileno()).st_size)
+                if f.readinto(data) != len(data):
+                    raise BadEntry("shorter than its size when it was opened")
             state = self._parse(data, tokens)
         except FileNotFoundError:
             log.debug("prompt cache: %s is gone", path)
