@@ -14,16 +14,16 @@ from tests.integration.engine_idle import assert_engine_idle
 CHAT = "/v1/chat/completions"
 
 
-async def garbage_of_one_stream(client, engine, max_tokens: int, temperature: float) -> int:
+async def garbage_of_one_stream(client, engine, max_tokens: int, sampling: dict) -> int:
     """The unreachable objects one streamed chat of `max_tokens` tokens leaves."""
     body = {
         "model": "m",
         "messages": [{"role": "user", "content": "Tell me about the sea."}],
         "max_tokens": max_tokens,
-        "temperature": temperature,
         "seed": 7,
         "logit_bias": EOS_BAN,
         "stream": True,
+        **sampling,
     }
     gc.collect()
     gc.disable()  # nothing is collected behind the count's back
@@ -38,11 +38,15 @@ async def garbage_of_one_stream(client, engine, max_tokens: int, temperature: fl
         gc.enable()
 
 
-@pytest.mark.parametrize("temperature", [0.8, 0.0], ids=["sampled", "greedy"])
-async def test_a_longer_stream_leaves_no_more_garbage_than_a_short_one(client, engine, temperature):
-    await garbage_of_one_stream(client, engine, 4, temperature)  # first-use work done
-    short = await garbage_of_one_stream(client, engine, 8, temperature)
-    long = await garbage_of_one_stream(client, engine, 72, temperature)
+@pytest.mark.parametrize(
+    "sampling",
+    [{"temperature": 0.8}, {"temperature": 0.0}, {"temperature": 0.8, "top_p": 0.9}],
+    ids=["sampled", "greedy", "llama.cpp-chain"],
+)
+async def test_a_longer_stream_leaves_no_more_garbage_than_a_short_one(client, engine, sampling):
+    await garbage_of_one_stream(client, engine, 4, sampling)  # first-use work done
+    short = await garbage_of_one_stream(client, engine, 8, sampling)
+    long = await garbage_of_one_stream(client, engine, 72, sampling)
     # What a request leaves (its connection, its task) does not grow with its tokens; one
     # object a token would add 64.
     assert long - short < 16, (short, long)
