@@ -33,6 +33,12 @@ HEAD_GAP = 20.0
 BLOCK = 128
 """Head weights per block: a draw sums blocks, then runs a sum over one block only."""
 
+# The reductions a draw makes, called as ufuncs: `ndarray.max` and `sum` reach the same ones
+# through two layers of Python wrappers, and a wrapper's lines cost several microseconds each
+# on a thread whose caches the decode before it has just flushed.
+_max = np.maximum.reduce
+_sum = np.add.reduce
+
 
 class Penalties:
     """llama.cpp's repetition, frequency and presence penalties over the last PENALTY_LAST_N
@@ -131,18 +137,18 @@ class RowSampler:
         return np.concatenate((self._bias_ids, counted)) if self._bias_ids.size else counted
 
     def _pick(self, logits: np.ndarray) -> int:
-        return int(np.argmax(logits)) if self.greedy else self._draw(logits)
+        return int(logits.argmax()) if self.greedy else self._draw(logits)
 
     def _draw(self, logits: np.ndarray) -> int:
         """A token with probability softmax(logits / T), by the head and its envelope."""
-        best = float(logits.max())
+        best = float(_max(logits))
         if self._inside.size != logits.size:
             self._inside = np.empty(logits.size, dtype=bool)
             self._blocks = np.zeros(-(-logits.size // BLOCK) * BLOCK, dtype=np.float32)
         inside = np.greater_equal(logits, best - HEAD_GAP * self.temperature, out=self._inside)
-        head = np.flatnonzero(inside)
+        head = inside.nonzero()[0]
         blocks = self._head_blocks(logits[head], best)
-        sums = np.cumsum(blocks.sum(axis=1, dtype=np.float64))
+        sums = _sum(blocks, axis=1, dtype=np.float64).cumsum()
         mass = float(sums[-1])
         envelope = (logits.size - head.size) * math.exp(-HEAD_GAP)
         u = self._rng.random() * (mass + envelope)
@@ -178,11 +184,11 @@ class RowSampler:
 def _find_in_blocks(blocks: np.ndarray, sums: np.ndarray, u: float) -> int:
     """The index (into the flattened `blocks`) whose weight interval holds `u`, given the
     running sums of the blocks' totals; zero weights are never picked."""
-    block = min(int(np.searchsorted(sums, u, side="right")), sums.size - 1)
+    block = min(int(sums.searchsorted(u, side="right")), sums.size - 1)
     if block:
         u -= float(sums[block - 1])
     weights = blocks[block]
-    index = int(np.searchsorted(np.cumsum(weights, dtype=np.float64), u, side="right"))
+    index = int(weights.cumsum(dtype=np.float64).searchsorted(u, side="right"))
     if index >= weights.size or weights[index] == 0:  # past the block's end by a rounding
         index = int(np.flatnonzero(weights)[-1])
     return block * BLOCK + index

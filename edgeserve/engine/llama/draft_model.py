@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 
 import llama_cpp.llama_cpp as lc
-import numpy as np
 
 from edgeserve.engine.llama.batch import TokenBatch
 from edgeserve.engine.llama.model import LoadedModel, ModelLoadError
@@ -44,7 +43,7 @@ class LlamaDraftContext:
 
     def greedy(self, row: int) -> int:
         """The arg-max token of output row `row`."""
-        return int(np.argmax(self.model.logit_row(self.model.ctx, row)))
+        return int(self.model.logit_row(self.model.ctx, row).argmax())
 
     def seq_rm(self, seq: int, p0: int, p1: int) -> bool:
         """Drop positions [p0, p1) of draft sequence `seq`."""
