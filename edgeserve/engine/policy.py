@@ -41,7 +41,7 @@ from edgeserve.engine.jobs import AnyJob, Choice, EmbedJob, Job, JobState, Score
 from edgeserve.engine.planning import EmbedPlan, GenerationPlan, MediaPlan, Planner, ScorePlan
 from edgeserve.engine.ports import Batch, KvCache
 from edgeserve.engine.prompt_store import MIN_TOKENS, PromptStore, SequenceState
-from edgeserve.engine.slots import SharedCells, SlotPool
+from edgeserve.engine.slots import FreeCells, SharedCells, SlotPool
 from edgeserve.engine.types import AdapterSet
 
 log = logging.getLogger("edgeserve.engine")
@@ -81,6 +81,7 @@ class Scheduler:
         )
         self.slots = SlotPool(n_seq)
         self.sharing = SharedCells(n_seq)
+        self._free_cells = FreeCells()
         self.waiting: deque[AnyJob] = deque()
         self.active: list[Job] = []
         self.scoring: list[ScoreJob | EmbedJob] = []
@@ -359,8 +360,10 @@ class Scheduler:
 
     def cached_cells(self) -> int:
         """The distinct KV cells the free sequences hold (the prompt cache), as recorded
-        here: a cell that several of them share (the prompt of an n > 1 request) counts once."""
-        return self.sharing.distinct({seq: len(self.slots.held(seq)) for seq in self.slots})
+        here: a cell that several of them share (the prompt of an n > 1 request) counts once.
+        Worked out again only after the free sequences or their sharing changed (the engine
+        publishes it every step)."""
+        return self._free_cells.of(self.slots, self.sharing)
 
     def _park_idle(self) -> None:
         """Move what the free sequences hold into the memory tier and out of the KV cache,

@@ -39,6 +39,7 @@ class SlotPool:
         self._adapters: dict[int, AdapterSet] = dict.fromkeys(range(n_seq), ())
         self._last_used: dict[int, int] = dict.fromkeys(range(n_seq), 0)
         self._clock = 0
+        self.changes = 0  # bumped by every change of which sequences are free or what they hold
 
     def __len__(self) -> int:
         return len(self._held)
@@ -80,6 +81,7 @@ class SlotPool:
     def take(self, seq: int) -> None:
         """Take free sequence `seq` for a request (the caller trims its cells)."""
         del self._held[seq]
+        self.changes += 1
 
     def give_back(self, seq: int, tokens: list[int], adapters: AdapterSet = ()) -> None:
         """Return a sequence whose KV holds exactly `tokens` (positions 0..len-1), computed
@@ -88,10 +90,12 @@ class SlotPool:
         self._last_used[seq] = self._clock
         self._held[seq] = tokens
         self._adapters[seq] = adapters
+        self.changes += 1
 
     def forget(self, seq: int) -> None:
         """Free sequence `seq` holds nothing any more (its cells were cleared)."""
         self._held[seq] = []
+        self.changes += 1
 
 
 class SharedCells:
@@ -106,6 +110,7 @@ class SharedCells:
 
     def __init__(self, n_seq: int) -> None:
         self._shared = [[0] * n_seq for _ in range(n_seq)]
+        self.changes = 0  # bumped by every copy and trim
 
     def copied(self, src: int, dst: int, length: int) -> None:
         """Empty sequence `dst` now holds the `length` cells of `src`."""
@@ -114,12 +119,14 @@ class SharedCells:
             if other != dst:
                 shared[dst][other] = shared[other][dst] = shared[src][other]
         shared[dst][src] = shared[src][dst] = length
+        self.changes += 1
 
     def trimmed(self, seq: int, length: int) -> None:
         """`seq` keeps only its first `length` cells."""
         shared = self._shared
         for other in range(len(shared)):
             shared[seq][other] = shared[other][seq] = min(shared[seq][other], length)
+        self.changes += 1
 
     def distinct(self, lengths: dict[int, int]) -> int:
         """The distinct cells of sequences holding `lengths[seq]` cells each."""
@@ -130,3 +137,21 @@ class SharedCells:
             total += length - min(overlap, length)
             counted.append(seq)
         return total
+
+
+class FreeCells:
+    """The distinct cells the free sequences hold (`SharedCells.distinct` over a SlotPool's
+    sequences), worked out again only after the pool or the sharing changed: the engine
+    publishes the figure every step, and the pairs are compared in O(n_seq²)."""
+
+    def __init__(self) -> None:
+        self._key: tuple[object, ...] = ()
+        self._cells = 0
+
+    def of(self, slots: SlotPool, sharing: SharedCells) -> int:
+        """The distinct cells the free sequences of `slots` hold."""
+        key = (slots, slots.changes, sharing, sharing.changes)
+        if key != self._key:
+            self._cells = sharing.distinct({seq: len(slots.held(seq)) for seq in slots})
+            self._key = key
+        return self._cells

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from edgeserve.engine.slots import SharedCells, SlotPool, common_prefix
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from edgeserve.engine.slots import FreeCells, SharedCells, SlotPool, common_prefix
 
 
 def test_common_prefix():
@@ -66,3 +69,35 @@ def test_cells_shared_by_copies_count_once():
     sharing.copied(1, 3, 15)
     assert sharing.distinct({1: 15, 3: 16}) == 16
     assert sharing.distinct({2: 7, 3: 16}) == 7 + 16 - 4
+
+
+N_SEQ = 3
+_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["take", "give_back", "forget", "copied", "trimmed"]),
+        st.integers(0, N_SEQ - 1),
+        st.integers(0, N_SEQ - 1),
+        st.integers(1, 20),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=400)
+@given(_OPS)
+def test_free_cells_follow_every_change_of_the_pool_and_the_sharing(ops):
+    # The figure kept between changes equals one worked out afresh after every operation;
+    # a change that left `changes` alone would leave it stale.
+    pool, sharing, kept = SlotPool(N_SEQ), SharedCells(N_SEQ), FreeCells()
+    for op, seq, other, length in ops:
+        if op == "take" and seq in pool:
+            pool.take(seq)
+        elif op == "give_back" and seq not in pool:
+            pool.give_back(seq, list(range(length)))
+        elif op == "forget" and seq in pool:
+            pool.forget(seq)
+        elif op == "copied" and seq != other:
+            sharing.copied(seq, other, length)
+        elif op == "trimmed":
+            sharing.trimmed(seq, length)
+        assert kept.of(pool, sharing) == FreeCells().of(pool, sharing)
