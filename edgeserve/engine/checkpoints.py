@@ -12,8 +12,9 @@ So while a prompt is decoded, the window of its sequence is copied out now and t
 every `spacing` positions, where the prompt's last message and that message's last line start,
 and before its last token: `due`), and a prefix whose window is gone is reused from the latest
 checkpoint at or before its end: the window is put back and the tokens after the checkpoint
-are decoded again. A checkpoint holds one window (n_swa - 1 cells of the sliding layers) and
-stays valid while its sequence keeps the positions before it; all of them together hold at
+are decoded again. A checkpoint holds one window (at most n_swa cells of the sliding layers:
+llama.cpp copies out only the cells the sequence's last position still attends to) and stays
+valid while its sequence keeps the positions before it; all of them together hold at
 most `budget` cells (the memory the smaller caches save, so that the KV never takes more than
 full-size caches would), the oldest going first.
 
@@ -22,6 +23,7 @@ Pure bookkeeping: the backend's state is an opaque handle here.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 # Checkpoints one sequence keeps at most (its oldest goes first).
@@ -50,7 +52,7 @@ class WindowCheckpoints:
     @property
     def enabled(self) -> bool:
         """True when checkpoints are taken (a sliding window and room for one of them)."""
-        return self.n_swa > 0 and self.budget >= self.n_swa - 1
+        return self.n_swa > 0 and self.budget >= self.n_swa
 
     @property
     def spacing(self) -> int:
@@ -59,6 +61,10 @@ class WindowCheckpoints:
 
     def __len__(self) -> int:
         return len(self._kept)
+
+    def __iter__(self) -> Iterator[Checkpoint]:
+        """Every sequence's checkpoints, oldest first."""
+        return iter(self._kept)
 
     def of(self, seq: int) -> list[Checkpoint]:
         """The checkpoints of `seq`, oldest first."""
@@ -76,7 +82,7 @@ class WindowCheckpoints:
 
     def add(self, seq: int, position: int, state: object) -> None:
         """Keep a new checkpoint, making room for it."""
-        cells = min(position, self.n_swa - 1)
+        cells = min(position, self.n_swa)
         mine = self.of(seq)
         if len(mine) >= MAX_PER_SEQUENCE:
             self._drop(mine[0])

@@ -52,14 +52,15 @@ def check_scheduler(scheduler: Scheduler) -> None:
     reserved = sum(job.prompt.reserve for job in s.active)
     if s.reserved != reserved:
         _fail(f"reserved {s.reserved} != {reserved} live")
-    held = {seq: len(s.slots.held(seq)) for seq in s.slots}
-    held |= {c.seq_id: c.n_past for job in s.active for c in job.choices if not c.done}
-    for seq, length in held.items():
-        for checkpoint in s.windows.of(seq):
-            if checkpoint.position > length:
+    if s.windows:
+        held = {seq: len(s.slots.held(seq)) for seq in s.slots}
+        held |= {c.seq_id: c.n_past for job in s.active for c in job.choices if not c.done}
+        for checkpoint in s.windows:
+            length = held.get(checkpoint.seq)
+            if length is not None and checkpoint.position > length:
                 _fail(
-                    f"sequence {seq} holds {length} positions, has a checkpoint at "
-                    f"{checkpoint.position}"
+                    f"sequence {checkpoint.seq} holds {length} positions, has a checkpoint "
+                    f"at {checkpoint.position}"
                 )
     if s.draft_model is not None and (mismatch := s.draft_model.mismatch()) is not None:
         _fail(mismatch)

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import llama_cpp.llama_cpp as lc
 import pytest
 
 from edgeserve.config import physical_cores
@@ -22,7 +23,7 @@ from edgeserve.engine.types import (
 from edgeserve.engine.worker import Engine
 from tests.integration.engine_idle import assert_engine_idle
 
-N_CTX = 8192  # with one sequence, the sliding layers hold 1536 cells (512 × 2 + 512)
+N_CTX = 8192  # with one sequence, the sliding layers hold 1024 cells (512 + 512)
 WINDOW = 512  # Gemma 3's
 COLOURS = ("red", "green", "blue", "amber")
 
@@ -37,7 +38,7 @@ def inventory(first: int, count: int, verb: str = "checked") -> str:
 
 LONG = inventory(0, 130) + "\nWhich lamp was in room 3?"  # ~2500 tokens: past the window cache
 # Shares LONG's first ~1100 tokens, then differs: the window of its first new position (from
-# ~590) is long gone from LONG's sequence, whose sliding layers kept less than 1536 positions.
+# ~590) is long gone from LONG's sequence, whose sliding layers kept less than 1024 positions.
 BRANCH = inventory(0, 58) + " " + inventory(58, 40, "repaired") + "\nWhich lamp was blue?"
 
 
@@ -98,6 +99,32 @@ async def test_the_sliding_layers_hold_a_window_unless_swa_full(window_engine, f
     assert full_engine.backend.seq_pos_range(0)[0] == 0
     assert window_engine.scheduler.windows.spacing == WINDOW
     assert full_engine.scheduler.windows.spacing == 0  # no checkpoints with full-size caches
+
+
+@pytest.mark.parametrize("parallel", [1, 3])
+async def test_a_checkpoint_holds_one_window_and_the_caches_no_spare_sequence(
+    model_path: Path, window_engine, parallel: int
+):
+    # The sliding caches hold a window per sequence and a micro-batch (llama.cpp sizes them
+    # by the sequences: a spare one would make them a window larger), and a sequence's
+    # cells there reach further back than its window until they are reused; a checkpoint
+    # copies only the window, whatever else the cache still holds.
+    engine = window_engine
+    if parallel > 1:
+        engine = started_engine(model_path, n_ctx=N_CTX, parallel=parallel)
+    try:
+        await greedy(engine, LONG)
+        sequences = lc.llama_n_seq_max(engine.backend.model.ctx)
+        first, last = engine.backend.seq_pos_range(0)
+        kept = {c.position: c for c in engine.scheduler.windows}
+    finally:
+        if engine is not window_engine:
+            engine.close()
+    assert sequences == parallel
+    assert last + 1 - first == (parallel + 1) * WINDOW  # the whole cache, long past the window
+    whole = memoryview(kept[WINDOW].state).nbytes  # positions 0 ... WINDOW-1: one window
+    assert len(kept) > 2 and all(memoryview(c.state).nbytes == whole for c in kept.values())
+    assert all(c.cells == WINDOW for c in kept.values())
 
 
 async def test_a_prefix_whose_window_is_gone_comes_from_a_checkpoint_and_answers_the_same(

@@ -43,19 +43,19 @@ def test_checkpoints_are_due_at_each_spacing_and_before_the_last_prompt_token_on
 
 def test_no_checkpoints_without_a_window_or_room_for_one():
     assert not WindowCheckpoints(budget=1000, n_swa=0).enabled
-    assert not WindowCheckpoints(budget=WINDOW - 2, n_swa=WINDOW).enabled
-    assert WindowCheckpoints(budget=WINDOW - 1, n_swa=WINDOW).spacing == WINDOW
+    assert not WindowCheckpoints(budget=WINDOW - 1, n_swa=WINDOW).enabled
+    assert WindowCheckpoints(budget=WINDOW, n_swa=WINDOW).spacing == WINDOW
     assert WindowCheckpoints(budget=0, n_swa=WINDOW).spacing == 0
 
 
 def test_the_budget_and_the_cap_drop_the_oldest_first():
-    windows = WindowCheckpoints(budget=3 * (WINDOW - 1), n_swa=WINDOW)
+    windows = WindowCheckpoints(budget=3 * WINDOW, n_swa=WINDOW)
     for position in (8, 16, 24, 32):
         windows.add(position % 2, position, position)
     assert [c.position for c in windows.of(0)] == [16, 24, 32]  # 8 went for the budget
-    assert windows.cells == 3 * (WINDOW - 1)
+    assert windows.cells == 3 * WINDOW  # a window each (llama.cpp's copy holds n_swa cells)
     windows.add(1, 3, "short")  # a checkpoint before position 3 holds 3 cells
-    assert windows.cells == 2 * (WINDOW - 1) + 3
+    assert windows.cells == 2 * WINDOW + 3
     many = WindowCheckpoints(budget=10_000, n_swa=WINDOW)
     for position in range(1, MAX_PER_SEQUENCE + 3):
         many.add(5, position * WINDOW, position)
@@ -92,6 +92,18 @@ def test_a_shared_prefix_whose_window_is_gone_is_reused_from_a_checkpoint():
     assert h.backend.windows_restored == 1
     assert answers(events) == fresh_answer(SHARED + "two", max_tokens=6)
     h.assert_clean()
+
+
+def test_a_checkpoint_past_what_its_sequence_holds_breaks_the_context():
+    h = Harness(window=WINDOW, parallel=2)
+    first, _ = h.submit(SHARED + "one", max_tokens=20)
+    h.run_until_idle()
+    seq = first.lead.seq_id
+    held = len(h.scheduler.slots.held(seq))
+    h.scheduler.windows.trimmed(seq, -1)
+    h.scheduler.windows.add(seq, held + 1, b"")  # a window the sequence never reached
+    h.step()
+    assert h.engine.stats().engine_restarts == 1
 
 
 def test_without_checkpoints_such_a_prefix_is_decoded_again():

@@ -105,8 +105,7 @@ class LoadedModel(Vocabulary):
         self.n_ctx_train = lc.llama_model_n_ctx_train(model)
         self.n_layer = lc.llama_model_n_layer(model)
         self.n_swa = lc.llama_model_n_swa(model)
-        # Window-sized sliding-window caches for generation, with a spare sequence id to copy
-        # one sequence's window through (see save_window); full-size ones for the rest.
+        # Window-sized sliding-window caches for generation; full-size ones for the rest.
         self.window_sized = role == "chat" and self.n_swa > 0 and not config.swa_full
         pooling = self.metadata.get(f"{self.architecture}.pooling_type")
         self.is_classifier = pooling == str(lc.LLAMA_POOLING_TYPE_RANK)
@@ -185,7 +184,7 @@ class LoadedModel(Vocabulary):
         else:
             # A generation step needs one logit row per sequence, and one per drafted token.
             cparams = self._context_params(
-                n_seq=config.parallel + self.window_sized,
+                n_seq=config.parallel,
                 n_batch=config.n_batch,
                 n_outputs=config.parallel + self.limits.draft_rows,
             )
@@ -295,23 +294,19 @@ class LoadedModel(Vocabulary):
             return 0
         n_ctx = lc.llama_n_ctx(self.ctx)
         n_ubatch = lc.llama_n_ubatch(self.ctx)
-        window = -(-min(n_ctx, self.n_swa * (self.config.parallel + 1) + n_ubatch) // 256) * 256
+        window = -(-min(n_ctx, self.n_swa * self.config.parallel + n_ubatch) // 256) * 256
         return max(0, n_ctx - window)
 
     def save_window(self, seq: int, position: int) -> Any:
         """The sliding-window cells that position `position` of `seq` attends to, copied out
-        of the context (a ctypes buffer), or None: the window goes through the spare
-        sequence, so that cells the window has left behind but llama.cpp has not reused yet
-        are not copied too."""
-        spare = self.config.parallel
-        start = max(0, position + 1 - self.n_swa)
-        lc.llama_memory_seq_cp(self.memory, seq, spare, start, position)
-        try:
-            size = lc.llama_state_seq_get_size_ext(self.ctx, spare, _WINDOW_ONLY)
-            state = (ctypes.c_uint8 * size)()
-            written = lc.llama_state_seq_get_data_ext(self.ctx, state, size, spare, _WINDOW_ONLY)
-        finally:
-            lc.llama_memory_seq_rm(self.memory, spare, -1, -1)
+        of the context (a ctypes buffer), or None. llama.cpp copies only the cells the last
+        stored position (`position` - 1) still attends to, n_swa at most, not those the window
+        has left behind that it has not reused yet. (So no spare sequence to copy the window
+        through: llama.cpp would size every sliding cache one window larger for it, and every
+        sliding layer's attention spans the whole cache once it has wrapped around.)"""
+        size = lc.llama_state_seq_get_size_ext(self.ctx, seq, _WINDOW_ONLY)
+        state = (ctypes.c_uint8 * size)()
+        written = lc.llama_state_seq_get_data_ext(self.ctx, state, size, seq, _WINDOW_ONLY)
         return state if written == size > 0 else None
 
     def restore_window(self, seq: int, state: Any) -> bool:
