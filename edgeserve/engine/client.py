@@ -59,13 +59,6 @@ class Generation:
         if self._job is not None and self._open:
             self._engine.cancel(self._job)
 
-    async def _next(self) -> object:
-        event = await self._queue.get()
-        if isinstance(event, EngineError):
-            self._open = 0
-            raise event
-        return event
-
     async def submit(self) -> PromptInfo:
         """Render and tokenize the prompt on a prepare thread, then queue it for the engine;
         returns once queued, not once running (raises the engine's rejection: too long, a bad
@@ -79,7 +72,10 @@ class Generation:
     async def events(self) -> AsyncIterator[TextDelta | TokenLogprob | Finished]:
         """Yield text deltas (and token log-probs, when asked) until every choice finished."""
         while self._open:
-            event = await self._next()
+            event = await self._queue.get()
+            if isinstance(event, EngineError):
+                self._open = 0
+                raise event
             if isinstance(event, Finished):
                 self._open -= 1
                 self.drafted += event.drafted

@@ -191,13 +191,15 @@ async def _fail(call: Call, stream: EventStream, renderer: Renderer, err: ApiErr
     await stream.send_all(renderer.failure(err))
 
 
-async def _events(gens: Sequence[Generation], n: int) -> AsyncIterator[Event]:
+def _events(gens: Sequence[Generation], n: int) -> AsyncIterator[Event]:
     """The events of every generation as one stream in arrival order, choice indices offset
-    by `position × n`; raises the first engine error."""
-    if len(gens) == 1:
-        async for event in gens[0].events():
-            yield event
-        return
+    by `position × n`; raises the first engine error. One generation's are its own stream
+    (no generator in between: a layer costs every token)."""
+    return gens[0].events() if len(gens) == 1 else _merged(gens, n)
+
+
+async def _merged(gens: Sequence[Generation], n: int) -> AsyncIterator[Event]:
+    """Several generations' events, as `_events` says."""
     queue: asyncio.Queue[Event | EngineError | None] = asyncio.Queue()
 
     async def pump(gen: Generation, offset: int) -> None:

@@ -45,8 +45,10 @@ async def garbage_of_one_stream(client, engine, max_tokens: int, sampling: dict)
 )
 async def test_a_longer_stream_leaves_no_more_garbage_than_a_short_one(client, engine, sampling):
     await garbage_of_one_stream(client, engine, 4, sampling)  # first-use work done
-    short = await garbage_of_one_stream(client, engine, 8, sampling)
-    long = await garbage_of_one_stream(client, engine, 72, sampling)
+    # The fewest of two tries each: what else the server's loop runs meanwhile (a connection
+    # an earlier test left, closing) can leave garbage of its own during one of them.
+    short = min([await garbage_of_one_stream(client, engine, 8, sampling) for _ in range(2)])
+    long = min([await garbage_of_one_stream(client, engine, 72, sampling) for _ in range(2)])
     # What a request leaves (its connection, its task) does not grow with its tokens; one
     # object a token would add 64.
     assert long - short < 16, (short, long)

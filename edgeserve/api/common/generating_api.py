@@ -180,7 +180,8 @@ class Choices:
     def collect(self, event: Event) -> None:
         """Keep the event's text, log-probabilities and finish reason."""
         answer = self.answers[event.index]
-        answer.logprobs += self._aligner.feed(event)
+        if self._logprobs:
+            answer.logprobs += self._aligner.feed(event)
         if isinstance(event, TextDelta):
             answer.text += event.text
         elif isinstance(event, Finished):
@@ -192,7 +193,8 @@ class Choices:
     def stream(self, event: Event, usage: TokenUsage) -> list[bytes]:
         """The renderer's events for this engine event (none for a held token log-prob)."""
         index = event.index
-        self._unsent[index] += self._aligner.feed(event)
+        if self._logprobs:  # without them no TokenLogprob comes, and nothing is released
+            self._unsent[index] += self._aligner.feed(event)
         if isinstance(event, TokenLogprob):
             return []
         calls = self._calls[index]
