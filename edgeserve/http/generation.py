@@ -193,8 +193,8 @@ async def _fail(call: Call, stream: EventStream, renderer: Renderer, err: ApiErr
 
 def _events(gens: Sequence[Generation], n: int) -> AsyncIterator[Event]:
     """The events of every generation as one stream in arrival order, choice indices offset
-    by `position × n`; raises the first engine error. One generation's are its own stream
-    (no generator in between: a layer costs every token)."""
+    by `position × n`; raises the first engine error. One generation's events are its own
+    stream, with nothing in between."""
     return gens[0].events() if len(gens) == 1 else _merged(gens, n)
 
 
