@@ -682,27 +682,30 @@ class Bench:
     async def long_prompt(self, servers: Servers, model: SpeedModel) -> None:
         """The long-prompt workload on `model` (bench/long_prompt.py): each server but
         llama_cpp.server (its n_ctx x n_vocab scores) at --parallel 1 with a long_prompt.CTX
-        context; each round new text of each size, the servers taking turns."""
+        context; each round new text of each size, the servers taking turns. The servers
+        start anew for every round: where a process's buffers land moves its prefill speed by
+        up to ~10% for as long as it runs, so each round draws that afresh for every server."""
         a = self.args
         kinds = [k for k in self.kinds if k != LCP_SERVER]
         if not kinds:
             return
         sizes = a.long_prompt_tokens
         print(f"{model.tag}long prompts of ~{', ~'.join(map(str, sizes))} tokens, --parallel "
-              f"{long_prompt.PARALLEL}, --ctx-size {long_prompt.CTX}: {', '.join(kinds)} ...",
-              flush=True)  # fmt: skip
+              f"{long_prompt.PARALLEL}, --ctx-size {long_prompt.CTX}, servers restarted every "
+              f"round: {', '.join(kinds)} ...", flush=True)  # fmt: skip
         extra = {k: ctx_args(k, long_prompt.CTX) for k in kinds}
-        running = [servers.start(k, long_prompt.PARALLEL, extra[k]) for k in kinds]
-        await asyncio.gather(*(servers.wait_ready(s) for s in running))
         eog = model.info.eog_ids
-        per_word = await long_prompt.calibrate(running[0].url, running[0].kind, eog)
-        for server in running[1:]:
-            await long_prompt.calibrate(server.url, server.kind, eog)  # the same warm-up
-        words = [long_prompt.words_for(size, per_word) for size in sizes]
         streams: dict[str, dict[int, list[load.Stream]]] = {
-            s.kind: {size: [] for size in sizes} for s in running
+            k: {size: [] for size in sizes} for k in kinds
         }
+        per_word = 0.0
         for rnd in range(a.rounds):
+            running = [servers.start(k, long_prompt.PARALLEL, extra[k]) for k in kinds]
+            await asyncio.gather(*(servers.wait_ready(s) for s in running))
+            for server in running:  # the same warm-up for each; the first one's count sizes
+                counted = await long_prompt.calibrate(server.url, server.kind, eog)
+                per_word = per_word or counted
+            words = [long_prompt.words_for(size, per_word) for size in sizes]
             for which, (size, n) in enumerate(zip(sizes, words, strict=True)):
                 index = long_prompt.prompt_index(rnd, which)
                 shift = (rnd + which) % len(running)
@@ -714,16 +717,17 @@ class Bench:
                     print(f"  {server.kind:18} ~{size} tokens round {rnd}: TTFT "
                           f"{(got.ttft or 0) * 1000:7.0f} ms ({got.prompt_tokens} prompt tokens)"
                           + (f", {got.error}" if got.error else ""), flush=True)  # fmt: skip
+            for server in running:
+                servers.stop(server)
         model.out["long_prompt"] = {
             "sizes": sizes,
             "ctx": long_prompt.CTX,
             "parallel": long_prompt.PARALLEL,
             "max_tokens": long_prompt.GEN_TOKENS,
             "rounds": a.rounds,
+            "restarted_each_round": True,
             "tokens_per_word": per_word,
         } | {kind: long_prompt.summarize(done) for kind, done in streams.items()}
-        for server in running:
-            servers.stop(server)
 
     async def long_context(self, servers: Servers) -> None:
         """Resident memory after one chat with a LONG_CTX-cell context, at --parallel 4 and 1
