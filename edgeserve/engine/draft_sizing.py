@@ -11,7 +11,10 @@ step is greedy, the bound stretches by the fewest tokens any of them expects fro
 each one's own rate stays within the share of its plain pace (streams that all copy draft
 together; one that drafts nothing keeps the plain bound for all). A draft model's drafts,
 n-gram drafts before the costs are known, and a seeded sampled answer's drafts take the
-positions whose chance of being kept is above a threshold instead.
+positions whose chance of being kept is above a threshold instead. Where no number of
+drafted rows would keep a step held to DRAFT_SHARE within it (a sampled stream on a small
+CPU, every step), the step looks nothing up, and a prompt's n-gram index is not built until
+a step could draft from it (`StepCost.cheapest` bounds every size at once).
 
 Pure bookkeeping (no llama.cpp import, no threads), like the planner that owns it.
 """
@@ -66,12 +69,21 @@ class DraftSizer:
         row's cost is measured (`_best_ngram_drafts`); a draft model's, or n-gram drafts
         before that, the positions above the threshold (`_threshold_drafts`)."""
         drafts: list[list[int]] = [[] for _ in stepping]
+        if self.draft_max <= 0 or not stepping:
+            return drafts
+        sequences = len(stepping)
+        greedy = all(job.request.params.greedy for job, _ in stepping)
+        share = None if sequences == 1 and greedy else DRAFT_SHARE
+        measured = self.draft_model is None and cost.line() is not None
+        held = measured and not greedy and self._pace_holds_back(cost, sequences, spare)
         drafting: Drafting = []
         for i, (job, choice) in enumerate(stepping):
-            if self.draft_max <= 0 or choice.sampler.detached:
+            if choice.sampler.detached:
                 continue
             if job.request.params.seeded and not self.offloaded:
                 continue  # see below
+            if held and not job.request.params.seeded:
+                continue  # no n-gram draft keeps this step's pace: no lookup either
             if self.draft_model is not None and job.prompt.media:
                 continue  # the draft model reads tokens; a media item has none
             if choice.drafter is None:
@@ -84,9 +96,6 @@ class DraftSizer:
             drafting.append((i, job, choice, limit))
         if not drafting:
             return drafts
-        sequences = len(stepping)
-        greedy = all(job.request.params.greedy for job, _ in stepping)
-        share = None if sequences == 1 and greedy else DRAFT_SHARE
         # A seeded sampled answer drafts by its own acceptance against the prior threshold,
         # not by the measured costs, which change with whatever else ran: llama.cpp gives a
         # row slightly different values in a batch of another shape, so the same seed would
@@ -97,13 +106,29 @@ class DraftSizer:
         if seeded:
             drafting = [entry for entry in drafting if not entry[1].request.params.seeded]
             spare -= self._threshold_drafts(drafts, seeded, sequences, spare, cost, PRIOR_THRESHOLD)
-        if self.draft_model is None and cost.line() is not None:
+        if not drafting:
+            return drafts
+        if measured:
             most = min(spare, STEP_ROWS)
             self._best_ngram_drafts(drafts, drafting, sequences, most, cost, share, greedy)
         else:
             spare = min(spare, self._paced_rows(cost, sequences, share))
             self._threshold_drafts(drafts, drafting, sequences, spare, cost)
         return drafts
+
+    @staticmethod
+    def _pace_holds_back(cost: StepCost, sequences: int, spare: int) -> bool:
+        """Whether no step of `sequences` next tokens and 1 to `spare` drafted rows (at most
+        STEP_ROWS) keeps the pace `keeps_pace` holds a step with a sampled stream to: then
+        `_best_ngram_drafts` would draft nothing and a probe would be taken back, so the
+        lookups are skipped (on a small CPU, every step of a sampled answer)."""
+        most = min(spare, STEP_ROWS)
+        if most <= 0:
+            return True
+        plain = max(MIN_STEP_SECONDS, cost.generation_seconds(sequences) or 0.0)
+        bound = (1.0 + DRAFT_SHARE) * plain
+        least = max(MIN_STEP_SECONDS, cost.cheapest(sequences + 1, sequences + most))
+        return least > bound
 
     def _best_ngram_drafts(
         self,

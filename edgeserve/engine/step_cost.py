@@ -41,6 +41,8 @@ MIN_TOKEN_SECONDS = 1e-6
 MIN_SIZE_WEIGHT = 0.3
 # The sizes (logit rows) of the steps timed when the engine loads (`StepCost.calibrate`).
 CALIBRATION_ROWS = (1, 4, 8, 16)
+# Steps recorded before `cheapest` works a range out again (each answer is 1 + 32 lookups).
+CHEAPEST_REFRESH = 16
 
 
 class StepCost:
@@ -61,6 +63,8 @@ class StepCost:
         self._load_ratio = 0.0
         # Per number of rows: (weight, weighted seconds, self._steps when last recorded).
         self._sizes: dict[int, tuple[float, float, int]] = {}
+        # Per range of rows: (the cheapest step in it, self._steps when worked out).
+        self._cheapest: dict[tuple[int, int], tuple[float, int]] = {}
 
     def record(self, rows: int, seconds: float, prompt_tokens: int = 0) -> None:
         """One generation step: `rows` logit rows and `prompt_tokens` other tokens of
@@ -121,10 +125,24 @@ class StepCost:
         one = self._size_seconds(1)
         return None if one is None else one * rows
 
+    def cheapest(self, first: int, last: int) -> float:
+        """The least `generation_seconds` of any number of rows from `first` to `last` (0 when
+        no step is known or the range is empty), as worked out at most CHEAPEST_REFRESH
+        recorded steps ago: a bound a caller checks once instead of each size."""
+        key = (first, last)
+        known = self._cheapest.get(key)
+        if known is not None and self._steps - known[1] < CHEAPEST_REFRESH:
+            return known[0]
+        sizes = range(first, last + 1)
+        least = min((self.generation_seconds(rows) or 0.0 for rows in sizes), default=0.0)
+        self._cheapest[key] = (least, self._steps)
+        return least
+
     def calibrate(self, timed: list[tuple[int, float]]) -> None:
         """Steps of several sizes, (rows, seconds), timed on a quiet machine: the curve that
         stands in for sizes not stepped recently (recorded as steps too)."""
         self._curve = sorted((rows, max(seconds, MIN_TOKEN_SECONDS)) for rows, seconds in timed)
+        self._cheapest.clear()
         for rows, seconds in self._curve:
             self.record(rows, seconds)
 

@@ -1,17 +1,21 @@
 """speculation.best_lengths and keeps_pace: how many tokens each sequence of a step drafts,
 from the chances its drafted tokens are kept and the step's measured cost per number of rows,
-within the bound on every stream's gap between tokens (pure arithmetic, no model)."""
+within the bound on every stream's gap between tokens; DraftSizer's skip of the lookups where
+no draft keeps that bound (pure arithmetic, no model; jobs and choices are stand-ins)."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 import random
 from collections.abc import Callable, Sequence
+from types import SimpleNamespace
 
 import pytest
 
-from edgeserve.engine.draft_sizing import DRAFT_SHARE
-from edgeserve.engine.speculation import best_lengths, keeps_pace
+from edgeserve.engine.draft_sizing import DRAFT_SHARE, DraftSizer
+from edgeserve.engine.speculation import Drafter, best_lengths, keeps_pace
+from edgeserve.engine.step_cost import StepCost
 
 Cost = Callable[[int], float]
 
@@ -155,3 +159,68 @@ def test_by_gain_no_streams_own_rate_falls_more_than_the_share(seed):
     plain = 1 / cpu(len(kept))
     assert all(r >= plain / (1 + share) - 1e-9 for r in own_rates(lengths, kept, cpu))
     assert rate(lengths, kept, cpu) >= rate([0] * len(kept), kept, cpu)
+
+
+class TableCost(StepCost):
+    """Measured step costs, one per number of rows (pure arithmetic: no steps recorded)."""
+
+    def __init__(self, seconds: Sequence[float]) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def line(self) -> tuple[float, float] | None:
+        return (self.seconds[0], self.seconds[1] - self.seconds[0])
+
+    def generation_seconds(self, rows: int) -> float | None:
+        return self.seconds[min(rows, len(self.seconds)) - 1]
+
+
+def stepping_stand_ins(rng: random.Random, greedy: bool) -> list[tuple]:
+    """Jobs and choices as the sizer reads them (stand-ins), each with a drafter that has seen
+    a repetitive history and a random record of kept drafts."""
+    stepping = []
+    for _ in range(rng.randint(1, 8)):
+        history = [rng.randint(0, 5) for _ in range(rng.randint(4, 40))]
+        drafter = Drafter(history[:4])
+        for _ in range(rng.randint(0, 6)):
+            drafted = rng.randint(1, 8)
+            drafter.adapt(drafted, rng.randint(0, drafted))
+        params = SimpleNamespace(greedy=greedy, seeded=False)
+        job = SimpleNamespace(
+            request=SimpleNamespace(params=params), prompt=SimpleNamespace(media=(), max_new=512),
+            tokens=history[:4],
+        )  # fmt: skip
+        choice = SimpleNamespace(
+            sampler=SimpleNamespace(detached=False), drafter=drafter, n_gen=len(history) - 4,
+            n_past=len(history), generated=history[4:],
+        )  # fmt: skip
+        stepping.append((job, choice))
+    return stepping
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_skipping_the_lookups_when_no_draft_keeps_pace_drafts_the_same(seed, monkeypatch):
+    # DraftSizer skips the n-gram lookups of a step with a sampled stream when no number of
+    # drafted rows keeps its pace; the drafts must be exactly those of the full path.
+    rng = random.Random(seed)
+    base = rng.choice([cpu, linear(0.010, 0.0002), linear(0.006, rng.uniform(0.0, 0.003))])
+    seconds = [base(rows) * rng.uniform(0.97, 1.03) for rows in range(1, 41)]
+    stepping = stepping_stand_ins(rng, greedy=rng.random() < 0.2)
+    spare = rng.choice([0, 3, 31, 100])
+    sizer = DraftSizer(n_ctx=4096, draft_max=16, draft_model=None, offloaded=False)
+    skipped = sizer.drafts(copy.deepcopy(stepping), spare, TableCost(seconds))
+    monkeypatch.setattr(DraftSizer, "_pace_holds_back", staticmethod(lambda *_: False))
+    full = sizer.drafts(copy.deepcopy(stepping), spare, TableCost(seconds))
+    assert skipped == full
+
+
+def test_a_sampled_stream_alone_on_this_cpu_looks_nothing_up_and_on_a_gpu_it_does(monkeypatch):
+    lookups = []
+    real = Drafter.lookup
+    monkeypatch.setattr(Drafter, "lookup", lambda self, *a: lookups.append(1) or real(self, *a))
+    sizer = DraftSizer(n_ctx=4096, draft_max=16, draft_model=None, offloaded=False)
+    for name, base, looked in (("cpu", cpu, 0), ("gpu", linear(0.010, 0.0002), 1)):
+        stepping = stepping_stand_ins(random.Random(1), greedy=False)[:1]
+        lookups.clear()
+        sizer.drafts(stepping, 31, TableCost([base(rows) for rows in range(1, 41)]))
+        assert len(lookups) == looked, name

@@ -151,3 +151,27 @@ def test_a_curve_timed_at_load_stands_in_for_sizes_not_stepped_lately():
     for _ in range(1000):  # the machine got twice as slow: the curve follows
         cost.record(4, 0.088)
     assert cost.generation_seconds(16) == pytest.approx(2 * 0.083, rel=0.05)
+
+
+@pytest.mark.parametrize("seed", range(50))
+def test_cheapest_is_the_least_size_and_is_worked_out_again_after_the_refresh(seed):
+    import random
+
+    rng = random.Random(seed)
+    cost = StepCost()
+    cost.calibrate([(rows, 0.005 + rows * rng.uniform(0.0005, 0.003)) for rows in (1, 4, 8, 16)])
+    for _ in range(rng.randint(0, 40)):
+        cost.record(rng.randint(1, 20), rng.uniform(0.004, 0.06))
+    first, last = rng.randint(1, 8), rng.randint(8, 40)
+    sizes = {rows: cost.generation_seconds(rows) for rows in range(first, last + 1)}
+    least = min(sizes.values())
+    assert cost.cheapest(first, last) == least
+    assert cost.cheapest(last + 1, last) == 0.0, "an empty range"
+    # The cheapest size made cheaper still: the old answer holds until CHEAPEST_REFRESH
+    # steps are recorded, then the new one is worked out.
+    cheapest_size = min(sizes, key=sizes.__getitem__)
+    for step in range(step_cost.CHEAPEST_REFRESH):
+        assert cost.cheapest(first, last) == least, step
+        cost.record(cheapest_size, 0.0)
+    now = min(cost.generation_seconds(rows) for rows in range(first, last + 1))
+    assert cost.cheapest(first, last) == now < least
