@@ -75,14 +75,17 @@ class DraftSizer:
         greedy = all(job.request.params.greedy for job, _ in stepping)
         share = None if sequences == 1 and greedy else DRAFT_SHARE
         measured = self.draft_model is None and cost.line() is not None
-        held = measured and not greedy and self._pace_holds_back(cost, sequences, spare)
+        held: bool | None = None if measured and not greedy else False  # worked out once
         drafting: Drafting = []
         for i, (job, choice) in enumerate(stepping):
             if choice.sampler.detached:
                 continue
-            if job.request.params.seeded and not self.offloaded:
+            seeded = job.request.params.seeded
+            if seeded and not self.offloaded:
                 continue  # see below
-            if held and not job.request.params.seeded:
+            if not seeded and held is None:
+                held = self._pace_holds_back(cost, sequences, spare)
+            if held and not seeded:
                 continue  # no n-gram draft keeps this step's pace: no lookup either
             if self.draft_model is not None and job.prompt.media:
                 continue  # the draft model reads tokens; a media item has none
