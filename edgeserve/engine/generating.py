@@ -3,7 +3,11 @@ row, and account for every token (end of generation, stop strings, limits, log-p
 
 Grammar-constrained sampling runs on grammar threads from a copy of the logit row (see
 llama/sampling.py): the choice sits out the steps until its token arrives (`collect`), and the
-other streams go on, so a slow grammar delays only its own answer.
+other streams go on, so a slow grammar delays only its own answer. The engine thread waits for
+samples still in flight for at most GATHER_SHARE of a step before it steps without them
+(`gather_deadline`): the rows of one step's grammar answers (n > 1, several structured
+requests at once) arrive a few milliseconds apart, and a step taken at the first arrival
+would split every round into two or more steps that each cost nearly a full one on a CPU.
 """
 
 from __future__ import annotations
@@ -22,6 +26,15 @@ from edgeserve.engine.types import Finished, FinishReason, TextDelta
 
 log = logging.getLogger("edgeserve.engine")
 
+# The most the engine thread waits for a step's detached samples still in flight, as a share of
+# the step they would join (its expected cost). Beside other work (a stream without a grammar,
+# a prompt, a score): so long may its next token wait, as drafts may lengthen a stream's gap
+# (draft_sizing.DRAFT_SHARE). With only grammar answers to step: a whole step, since a step
+# taken without the late rows costs nearly what one with them does, and the late rows would
+# wait that step out (SmolLM2's and Gemma's grammar samples take 2-15 ms each on 2 threads).
+GATHER_SHARE = 0.15
+GATHER_SHARE_GRAMMAR_ONLY = 1.0
+
 
 class Generating:
     """Runs generation plans and keeps each choice's tokens and text."""
@@ -32,6 +45,7 @@ class Generating:
         self.scheduler = state.scheduler
         self._grammar = grammar
         self._wake = wake
+        self._handed = 0.0  # time.monotonic() when a detached sample was last handed off
 
     def open_choices(self, job: Job, seqs: list[int]) -> list[Choice]:
         """The choices of a job being admitted: one sampler per sequence."""
@@ -141,6 +155,7 @@ class Generating:
         logits = self.backend.logit_row(row).copy()
         future = self._grammar.submit(sampler.sample_logits, logits)
         choice.pending = (future, logits)
+        self._handed = time.monotonic()
         future.add_done_callback(self._wake)
 
     def _on_sampled(self, job: Job, choice: Choice, token: int | None, row: int) -> None:
@@ -151,6 +166,28 @@ class Generating:
         wanted = job.request.params.logprobs is not None
         self._on_token(job, choice, token, self.backend.logit_row(row) if wanted else None)
         clock.lap("account")
+
+    def in_flight(self) -> bool:
+        """True while a detached sample is still on a grammar thread."""
+        return any(
+            (pending := choice.pending) is not None and not pending[0].done()
+            for job in self.scheduler.active
+            for choice in job.choices
+        )
+
+    def gather_deadline(self) -> float | None:
+        """Until when (time.monotonic) the thread may wait for the detached samples still in
+        flight before its next step: GATHER_SHARE of that step's expected cost after the last
+        was handed off, GATHER_SHARE_GRAMMAR_ONLY when nothing else would step. None when none
+        is in flight or no step has been timed yet."""
+        if not self.in_flight():
+            return None
+        rows = sum(not choice.done for job in self.scheduler.active for choice in job.choices)
+        step = self.scheduler.planner.step_cost.generation_seconds(max(1, rows))
+        if step is None:
+            return None
+        share = GATHER_SHARE if self.scheduler.has_work() else GATHER_SHARE_GRAMMAR_ONLY
+        return self._handed + share * step
 
     def arrived(self) -> bool:
         """True when a detached sample has arrived (there is work for the thread)."""

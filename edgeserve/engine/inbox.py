@@ -178,6 +178,16 @@ class Inbox:
                     return
                 self._cond.wait(min(settled, deadline) - now)
 
+    def hold(self, done: Callable[[], bool], deadline: float) -> None:
+        """Wait until `done()` (checked at each `wake`), `deadline` (time.monotonic), anything
+        in the inbox (a request, a cancel, a call: none is held) or the end of the thread."""
+        with self._cond:
+            while self._running and not (self._jobs or self._cancels or self._calls or done()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._cond.wait(left)
+
     def close(self) -> list[AnyJob]:
         """Stop, and return the jobs still in the inbox (for their owners to be told); calls
         not run yet fail with EngineStopped."""

@@ -414,4 +414,7 @@ class Engine:
         )
         if work and was_idle:
             self._inbox.linger(BURST_WINDOW_S, BURST_MOST_S)
+        generating = stepper.generating
+        if work and (deadline := generating.gather_deadline()) is not None:
+            self._inbox.hold(lambda: not generating.in_flight(), deadline)
         return work

@@ -54,6 +54,9 @@ SPACE = FIRST_LETTER + 26  # the space a prompt is tokenized to
 GRAMMAR_RAISES_ON_ADMIT = "raise on admit"
 GRAMMAR_RAISES_ON_SAMPLE = "raise on sample"
 GRAMMAR_SLOW = "slow"  # letters only, 0.3 s per token
+# Letters only, STAGGER_S x (choice index + 1) per token: one step's samples arrive apart.
+GRAMMAR_STAGGERED = "staggered"
+STAGGER_S = 0.01
 SEED_RAISES = 666  # a sampler with this seed raises when it samples (on the engine thread)
 
 
@@ -177,6 +180,7 @@ class FakeSampler:
         self.gbnf = gbnf
         seed = params.seed if params.seed is not None else random.getrandbits(32)
         self.rng = random.Random(seed + seed_offset)
+        self.seed_offset = seed_offset
         self.slow = False
         self.step_limit_s = 2.0
         self.detached = gbnf is not None
@@ -195,6 +199,8 @@ class FakeSampler:
             raise RuntimeError("scripted failure while sampling")
         if self.gbnf == GRAMMAR_SLOW:
             time.sleep(0.3)
+        if self.gbnf == GRAMMAR_STAGGERED:
+            time.sleep(STAGGER_S * (self.seed_offset + 1))
         logits = row.astype(np.float64)
         for token, bias in self.params.logit_bias.items():
             logits[token] += bias

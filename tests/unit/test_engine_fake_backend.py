@@ -14,7 +14,7 @@ from functools import partial
 
 import pytest
 
-from edgeserve.engine import worker
+from edgeserve.engine import generating, worker
 from edgeserve.engine.invariants import InvariantError
 from edgeserve.engine.jobs import Job, JobState, Prompt, ScoreJob, Sink
 from edgeserve.engine.policy import Scheduler
@@ -49,6 +49,7 @@ from tests.unit.fake_backend import (
     GRAMMAR_RAISES_ON_ADMIT,
     GRAMMAR_RAISES_ON_SAMPLE,
     GRAMMAR_SLOW,
+    GRAMMAR_STAGGERED,
     SEED_RAISES,
     VOCAB,
     FakeBackend,
@@ -662,6 +663,65 @@ def test_a_slow_grammar_delays_only_its_own_answer():
         fast_done = next(i for i, (w, e) in enumerate(timeline) if isinstance(e, Finished))
         assert fast_done < first_slow
         assert finishes(slow) == {0: "length"} and answers(slow)[0].isalpha()
+
+
+def staggered_rounds(engine: Engine, n: int, max_tokens: int) -> list[list]:
+    """Run an n-choice request whose grammar samples take 10, 20, 30 ... ms (two grammar
+    threads: a step's rows arrive up to ~60 ms apart for n = 4); the decodes after the prompt."""
+    events: list = []
+    request = replace(grammar_request(GRAMMAR_STAGGERED, max_tokens), n=n)
+    prompt = replace(
+        engine.prepare(replace(grammar_request("letters"), n=n)), gbnf=GRAMMAR_STAGGERED
+    )
+    engine.submit(request, prompt, Sink(InlineLoop(), events.append))
+    deadline = time.monotonic() + 10
+    while len(finishes(events)) < n:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert finishes(events) == dict.fromkeys(range(n), "length")
+    decodes = engine.backend.decodes  # type: ignore[attr-defined]
+    generation = [d for d in decodes if all(out for *_, out in d)]
+    assert len(generation[0]) == 1  # the prompt's last token, sampled by every choice
+    return generation[1:]
+
+
+def test_a_step_s_grammar_samples_are_decoded_together(monkeypatch):
+    # Steps the engine takes to cost 1 s: with nothing else to step, the thread waits up to a
+    # whole step for the samples still in flight, so every token of the four choices comes
+    # from one decode of four rows (stepping at the first arrival would split each round).
+    monkeypatch.setattr(StepCost, "generation_seconds", lambda self, rows: 1.0)
+    with threaded_engine(n_ctx=512) as engine:
+        rounds = staggered_rounds(engine, n=4, max_tokens=5)
+    assert [len(d) for d in rounds] == [4] * 4  # the first token of each came from the prompt
+
+
+def test_without_a_timed_step_nothing_waits_for_samples(monkeypatch):
+    # Before any step is timed the engine does not know what waiting saves: it steps as
+    # samples arrive, and a round splits.
+    monkeypatch.setattr(StepCost, "generation_seconds", lambda self, rows: None)
+    with threaded_engine(n_ctx=512) as engine:
+        rounds = staggered_rounds(engine, n=4, max_tokens=5)
+    assert len(rounds) > 4 and sum(map(len, rounds)) == 4 * 4
+
+
+def test_beside_other_work_the_wait_for_samples_is_a_share_of_a_step(monkeypatch):
+    monkeypatch.setattr(StepCost, "generation_seconds", lambda self, rows: 0.2)
+    h = Harness()
+    events: list = []
+    job = submit_with_grammar(h.engine, GRAMMAR_SLOW, events.append, max_tokens=3)
+    h.step(2)
+    assert job.lead.pending is not None and not job.lead.pending[0].done()
+    gen = h.engine._ready().generating
+    handed = gen._handed
+    assert gen.gather_deadline() == pytest.approx(
+        handed + generating.GATHER_SHARE_GRAMMAR_ONLY * 0.2
+    )
+    h.submit("free", max_tokens=4)  # a stream without a grammar: its next token would wait
+    h.step()  # its prompt (the grammar's sample is still in flight)
+    assert gen.gather_deadline() == pytest.approx(handed + generating.GATHER_SHARE * 0.2)
+    assert generating.GATHER_SHARE <= 0.15
+    h.run_until_idle(limit=5000)
+    assert gen.gather_deadline() is None  # nothing in flight
 
 
 def test_cancel_while_a_grammar_sample_is_in_flight():
