@@ -21,10 +21,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter, deque
+from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 
 from edgeserve.engine.types import SamplingParams
+
+T = TypeVar("T")
 
 PENALTY_LAST_N = 64
 """How many of the latest generated tokens the penalties count (llama.cpp's `penalty_last_n`)."""
@@ -114,14 +118,24 @@ class RowSampler:
         applied to their own few ids of the row in place and undone before it returns (a
         copy of the row would be a pass over the whole vocabulary), so the row reads the same
         afterwards."""
+        return self._adjusted(row, self._pick)
+
+    def draws(self, row: np.ndarray, k: int) -> np.ndarray:
+        """`k` independent draws from a raw logit row's distribution (as `choose`, none
+        counted): the tries of a grammar's rejection sampling, from one pass over the row.
+        Greedy: the best token `k` times."""
+        return self._adjusted(row, lambda logits: self._draws(logits, k))
+
+    def _adjusted(self, row: np.ndarray, pick: Callable[[np.ndarray], T]) -> T:
+        """`pick` of the row with logit bias and penalties applied (see `choose`)."""
         touched = self._touched()
         if touched is None:
-            return self._pick(row)
+            return pick(row)
         saved = row[touched]
         try:
             row[self._bias_ids] += self._bias_values
             self.penalties.apply(row)
-            return self._pick(row)
+            return pick(row)
         finally:
             row[touched] = saved
 
@@ -141,12 +155,7 @@ class RowSampler:
 
     def _draw(self, logits: np.ndarray) -> int:
         """A token with probability softmax(logits / T), by the head and its envelope."""
-        best = float(_max(logits))
-        if self._inside.size != logits.size:
-            self._inside = np.empty(logits.size, dtype=bool)
-            self._blocks = np.zeros(-(-logits.size // BLOCK) * BLOCK, dtype=np.float32)
-        inside = np.greater_equal(logits, best - HEAD_GAP * self.temperature, out=self._inside)
-        head = inside.nonzero()[0]
+        best, inside, head = self._head(logits)
         blocks = self._head_blocks(logits[head], best)
         sums = _sum(blocks, axis=1, dtype=np.float64).cumsum()
         mass = float(sums[-1])
@@ -154,10 +163,42 @@ class RowSampler:
         u = self._rng.random() * (mass + envelope)
         if u < mass or head.size == logits.size:
             return int(head[_find_in_blocks(blocks, sums, u)])
+        return self._beyond_head(logits, best, inside, u - mass)
+
+    def _draws(self, logits: np.ndarray, k: int) -> np.ndarray:
+        """`k` draws as `_draw` makes one: the head's running sum is worked out once and every
+        uniform searched in it; one that lands in the envelope goes on as in `_draw`."""
+        if self.greedy:
+            return np.full(k, int(logits.argmax()), dtype=np.int64)
+        best, inside, head = self._head(logits)
+        weights = self._head_blocks(logits[head], best).reshape(-1)[: head.size]
+        cumulative = np.cumsum(weights, dtype=np.float64)
+        mass = float(cumulative[-1])
+        envelope = (logits.size - head.size) * math.exp(-HEAD_GAP)
+        u = self._rng.random(k) * (mass + envelope)
+        drawn = head[np.minimum(cumulative.searchsorted(u, side="right"), head.size - 1)]
+        if head.size < logits.size:
+            for i in np.flatnonzero(u >= mass):
+                drawn[i] = self._beyond_head(logits, best, inside, float(u[i]) - mass)
+        return drawn
+
+    def _head(self, logits: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        """(the best logit, which tokens are within HEAD_GAP of it, their ids): the head."""
+        best = float(_max(logits))
+        if self._inside.size != logits.size:
+            self._inside = np.empty(logits.size, dtype=bool)
+            self._blocks = np.zeros(-(-logits.size // BLOCK) * BLOCK, dtype=np.float32)
+        inside = np.greater_equal(logits, best - HEAD_GAP * self.temperature, out=self._inside)
+        return best, inside, inside.nonzero()[0]
+
+    def _beyond_head(self, logits: np.ndarray, best: float, inside: np.ndarray, v: float) -> int:
+        """A draw whose uniform landed `v` into the envelope past the head (`inside`): the
+        tail token whose exact weight holds it or, in the envelope's slack, a draw from the
+        whole exact distribution (rejection sampling)."""
         tail = np.flatnonzero(~inside)
         cumulative = np.cumsum(self._weights(logits[tail], best))
-        if u - mass < cumulative[-1]:
-            return int(tail[_find(cumulative, u - mass)])
+        if v < cumulative[-1]:
+            return int(tail[_find(cumulative, v)])
         cumulative = np.cumsum(self._weights(logits, best))
         return _find(cumulative, self._rng.random() * float(cumulative[-1]))
 

@@ -115,6 +115,22 @@ def test_draws_follow_the_adjusted_softmax(monkeypatch, case, gap):
     assert_follows(drawn, reference(row, params, history))
 
 
+@pytest.mark.parametrize("gap", [draw.HEAD_GAP, 3.0, 0.5])
+@pytest.mark.parametrize("case", CASES)
+def test_many_draws_at_once_follow_the_adjusted_softmax(monkeypatch, case, gap):
+    """`draws` (a grammar's rejection sampling tries them in turn) has the distribution of
+    single draws, through the head, the envelope, its tail and its redraw alike; it counts
+    nothing and leaves the row as it found it."""
+    monkeypatch.setattr(draw, "HEAD_GAP", gap)
+    params, history, row = case_of(case)
+    sampler = primed(params, history, 1)
+    before = row.copy()
+    drawn = np.concatenate([sampler.draws(row, 100) for _ in range(DRAWS // 100)])
+    assert drawn.size == DRAWS and np.array_equal(row, before)
+    assert sampler.penalties._counts == primed(params, history, 1).penalties._counts
+    assert_follows(drawn.tolist(), reference(row, params, history))
+
+
 @pytest.mark.parametrize("size", [1, draw.BLOCK - 1, draw.BLOCK, 5 * draw.BLOCK + 37])
 def test_a_uniform_finds_the_token_whose_interval_holds_it(size):
     """The blocked search (block totals, then one block's running sum) answers what one

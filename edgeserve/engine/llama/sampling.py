@@ -6,16 +6,17 @@ samples with its own native llama.cpp sampler chain, and so does a grammar's, wh
 draw is refused (below).
 
 A grammar is kept out of the chain and applied lazily: the numpy draw (when the params allow
-one), then the chain's own choice, picks a token from the raw candidates and the grammar checks
-only that token (a few microseconds). When both are refused, the grammar checks the most likely
-candidates (HEADS) in one pass, and DRAWS tokens are drawn from those it accepts and the
-unchecked rest together, the rest's being checked in one more pass (`Candidates.constrained`);
-only when no draw fits are all candidates filtered by the grammar and the chain run again (~150
-ms on a 262k vocabulary). Each path releases only tokens the grammar accepts, and all of them
-draw from the same distribution: the chain's, restricted to what the grammar allows (greedy: the
-allowed token with the highest logit). Without top-k/top-p/min-p that is exactly the model's
-distribution under the grammar; with them, the truncated candidates the grammar accepts come
-first, as in llama.cpp's own samplers.
+one) picks a token from the raw candidates and the grammar checks only that token (a few
+microseconds); refused, ROW_DRAWS more draws from the same row are checked in one grammar pass
+and the first that fits is taken; then the chain's own choice. When that is refused too, the
+grammar checks the most likely candidates (HEADS) in one pass, and DRAWS tokens are drawn from
+those it accepts and the unchecked rest together, the rest's being checked in one more pass
+(`Candidates.constrained`); only when no draw fits are all candidates filtered by the grammar
+and the chain run again (~150 ms on a 262k vocabulary). Each path releases only tokens the
+grammar accepts, and all of them draw from the same distribution: the chain's, restricted to
+what the grammar allows (greedy: the allowed token with the highest logit). Without
+top-k/top-p/min-p that is exactly the model's distribution under the grammar; with them, the
+truncated candidates the grammar accepts come first, as in llama.cpp's own samplers.
 
 A sampler with a grammar is `detached`: the engine thread hands it a copy of the logit row
 and it samples on a grammar thread (`sample_logits`), so a slow grammar delays only its own
@@ -47,6 +48,10 @@ HEADS = (4096, 32768)
 """How many of the most likely candidates are checked in one grammar pass after the chain's
 choice is refused, then after that finds too little (a grammar pass over 4096 candidates takes
 ~2 ms; over all 262,144 of Gemma's, ~150 ms)."""
+ROW_DRAWS = 512
+"""Independent numpy draws tried, in one grammar pass, after the first draw is refused: the
+first that fits is the answer (rejection sampling: exactly the restricted distribution); only
+when none fits (the grammar allows little of what the model wants) does the chain run."""
 DRAWS = 1024
 """Draws from the accepted head and the unchecked tail after each head pass (at most
 HEADS[-1], the size of one grammar pass)."""
@@ -306,7 +311,9 @@ class Sampler:
         grammar, candidates = self.grammar, self._candidates
         assert grammar is not None and candidates is not None
         token = self._row.choose(logits) if self._row is not None else None
-        if token is None or not candidates.allows(grammar, token):
+        if token is not None and not candidates.allows(grammar, token):
+            token = self._first_allowed_draw(grammar, candidates, logits)
+        if token is None:
             token = self._chain_choice(grammar, candidates, logits)
         if token is None:
             return None
@@ -315,6 +322,18 @@ class Sampler:
         if self._row is not None:
             self._row.accept(token)
         return token
+
+    def _first_allowed_draw(
+        self, grammar: Any, candidates: Candidates, logits: np.ndarray
+    ) -> int | None:
+        """After the numpy draw was refused: the first of ROW_DRAWS more independent draws
+        that the grammar accepts (their distinct tokens checked in one grammar pass), or None
+        when it accepts none of them."""
+        assert self._row is not None
+        drawn = self._row.draws(logits, ROW_DRAWS)
+        distinct = np.unique(drawn)
+        fits = np.isin(drawn, distinct[candidates.allowed(grammar, distinct)])
+        return int(drawn[np.argmax(fits)]) if fits.any() else None
 
     def _chain_choice(self, grammar: Any, candidates: Candidates, logits: np.ndarray) -> int | None:
         """The chain's choice if the grammar accepts it, else a constrained draw, else the full
