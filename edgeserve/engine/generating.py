@@ -19,6 +19,7 @@ from concurrent.futures import Executor
 
 import numpy as np
 
+from edgeserve.engine.draft_sizing import DRAFT_SHARE
 from edgeserve.engine.jobs import Choice, Job, Pending
 from edgeserve.engine.loaded import Loaded
 from edgeserve.engine.planning import GenerationPlan, MediaPlan
@@ -28,11 +29,12 @@ log = logging.getLogger("edgeserve.engine")
 
 # The most the engine thread waits for a step's detached samples still in flight, as a share of
 # the step they would join (its expected cost). Beside other work (a stream without a grammar,
-# a prompt, a score): so long may its next token wait, as drafts may lengthen a stream's gap
-# (draft_sizing.DRAFT_SHARE). With only grammar answers to step: a whole step, since a step
-# taken without the late rows costs nearly what one with them does, and the late rows would
-# wait that step out (SmolLM2's and Gemma's grammar samples take 2-15 ms each on 2 threads).
-GATHER_SHARE = 0.15
+# a prompt, a score): the share by which drafts may lengthen a stream's gap (DRAFT_SHARE),
+# one bound on how much longer any stream's next token may wait. With only grammar answers to
+# step: a whole step, since a step taken without the late rows costs nearly what one with them
+# does, and the late rows would wait that step out (SmolLM2's and Gemma's grammar samples take
+# 2-15 ms each on 2 threads).
+GATHER_SHARE = DRAFT_SHARE
 GATHER_SHARE_GRAMMAR_ONLY = 1.0
 
 
