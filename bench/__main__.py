@@ -432,26 +432,22 @@ class Bench:
         return self.results
 
     async def level(self, servers: Servers, model: SpeedModel, index: int, c: int) -> None:
-        """Start every server with --parallel c on `model`, alternate the load runs (and
-        llama-bench at c=1), record memory; on the default model, run the per-request cases
-        at c=1 and the abuse case and the soak at the highest c; stop the servers."""
+        """Each round, start every server anew with --parallel c on `model` and alternate its
+        load runs (and llama-bench at c=1); record memory; on the default model, run the
+        per-request cases at c=1 and the abuse case and the soak at the highest c on the last
+        round's processes; stop the servers. A process keeps the speed where its buffers
+        landed (up to ~10% either way on this box) for as long as it runs, so a round draws
+        it afresh for every server and the medians over rounds average it out."""
         a = self.args
-        eog = model.info.eog_ids
-        print(f"{model.tag}concurrency {c}: starting {', '.join(self.kinds)} ...", flush=True)
-        running = [servers.start(kind, c) for kind in self.kinds]
-        await asyncio.gather(*(servers.wait_ready(s) for s in running))
-        for server in running:
-            warm = await load.warm_up(server.url, server.kind, a.prompt_words, eog)
-            if warm.error:
-                raise RuntimeError(f"{server.kind} warm-up failed: {warm.error}")
-            if warm.prompt_tokens and server.kind != LCP_SERVER:
-                model.out["config"]["prompt_tokens"] = warm.prompt_tokens
-            server.loaded_rss = server.rss_now()
-        idle_cpu = await idle_cpu_pct(running)
-        entries: list[Server | None] = list(running)
-        if c == 1 and self.with_llama_bench:
-            entries.append(None)  # llama-bench takes its turn too, so drift cancels for it
+        # llama-bench takes its turn too at one stream, so drift cancels for it
+        bench_turn: list[Server | None] = [None] if c == 1 and self.with_llama_bench else []
+        running: list[Server] = []
         for r in range(a.rounds):
+            for server in running:
+                servers.stop(server)
+            running = await self.start_level(servers, model, c, r)
+            idle_cpu = await idle_cpu_pct(running)
+            entries = [*running, *bench_turn]
             shift = (r + index) % len(entries)
             order = entries[shift:] + entries[:shift]
             if c == 1:  # one stream: the servers take turns request by request
@@ -490,6 +486,26 @@ class Bench:
             model.out["memory"][f"{server.kind}@{c}"] = memory[server.kind]
             servers.stop(server)
         print(f"  ({time.time() - self.started:.0f} s so far)", flush=True)
+
+    async def start_level(
+        self, servers: Servers, model: SpeedModel, c: int, rnd: int
+    ) -> list[Server]:
+        """Every server started with --parallel c on `model`, ready and warmed up (its RSS
+        then in `loaded_rss`)."""
+        a = self.args
+        anew = f" (round {rnd}, anew)" if rnd else ""
+        print(f"{model.tag}concurrency {c}: starting {', '.join(self.kinds)}{anew} ...",
+              flush=True)  # fmt: skip
+        running = [servers.start(kind, c) for kind in self.kinds]
+        await asyncio.gather(*(servers.wait_ready(s) for s in running))
+        for server in running:
+            warm = await load.warm_up(server.url, server.kind, a.prompt_words, model.info.eog_ids)
+            if warm.error:
+                raise RuntimeError(f"{server.kind} warm-up failed: {warm.error}")
+            if warm.prompt_tokens and server.kind != LCP_SERVER:
+                model.out["config"]["prompt_tokens"] = warm.prompt_tokens
+            server.loaded_rss = server.rss_now()
+        return running
 
     @property
     def eog(self) -> tuple[int, ...]:
@@ -629,14 +645,20 @@ class Bench:
         return res.to_json() | {"round": rnd, "temperature": temperature}
 
     async def soak(self, running: list[Server], c: int) -> None:
-        """Each edgeserve's resident memory over --soak-requests short mixed requests, one
-        edgeserve after the other."""
-        if self.args.soak_requests <= 0:
+        """Each edgeserve's resident memory over --soak-requests short mixed requests, the
+        edgeserves soaked at the same time: one after the other, the second would start after
+        idling through the first's soak, its heap trimmed (COMPUTE_PAGES_IDLE_S), and end
+        lower for that alone."""
+        n = self.args.soak_requests
+        if n <= 0:
             return
-        for es in edgeserves(running):
-            print(f"  soak {es.kind}: {self.args.soak_requests} mixed requests, {c} at a time ...",
-                  flush=True)  # fmt: skip
-            result = await soak.soak(es.url, self.args.soak_requests, c, es.rss_now, self.eog)
+        soaked = edgeserves(running)
+        print(f"  soak {', '.join(es.kind for es in soaked)}, side by side: {n} mixed requests, "
+              f"{c} at a time each ...", flush=True)  # fmt: skip
+        results = await asyncio.gather(
+            *(soak.soak(es.url, n, c, es.rss_now, self.eog) for es in soaked)
+        )
+        for es, result in zip(soaked, results, strict=True):
             self.results.setdefault("soak", {})[es.kind] = result | {"concurrency": c}
 
     async def multi_turn(self, running: list[Server]) -> None:

@@ -184,3 +184,92 @@ async def test_a_noisy_lora_run_is_retried_with_new_prompts(
     noise, _ = await bench.quietest([], bench.lora_run(server, lora.MIXED, 0))
     assert tries == [0, 1, 2]
     assert noise == 0.0
+
+
+class StartedServer(RecordingServer):
+    """A RecordingServer as `Bench.start_level` returns it, with the memory a level reads."""
+
+    loaded_rss = 100
+
+    def rss(self) -> dict[str, int]:
+        return {"VmHWM": 120, "VmRSS": 110, "RssAnon": 60, "RssFile": 50}
+
+    def rss_now(self) -> int:
+        return 110
+
+
+class StoppingServers:
+    """Stands in for bench.anchors.Servers: records which servers the level stops."""
+
+    def __init__(self) -> None:
+        self.stopped: list[StartedServer] = []
+
+    def stop(self, server: StartedServer) -> None:
+        self.stopped.append(server)
+
+
+async def test_every_round_of_a_level_runs_on_servers_started_anew(
+    bench: Bench, aiohttp_server: Any, monkeypatch: pytest.MonkeyPatch
+):
+    rounds, kinds = 3, ("edgeserve", "llama-server")
+    bench.args.rounds, bench.kinds = rounds, list(kinds)
+    served: dict[str, list[str]] = {}  # a started process's name: the prompts it answered
+    started: list[list[StartedServer]] = []
+
+    async def start_level(
+        self: Bench, servers: Any, model: Any, c: int, rnd: int
+    ) -> list[StartedServer]:
+        assert rnd == len(started) and c == 2
+        procs = []
+        for kind in kinds:
+            name = f"{kind}#{rnd}"
+            served[name] = []
+            app = await recording_app(aiohttp_server, served[name])
+            procs.append(StartedServer(str(app.make_url("")).rstrip("/"), kind))
+        started.append(procs)
+        return procs
+
+    async def no_idle_cpu(running: list[Any], seconds: float = 1.0) -> list[float]:
+        return [0.0] * len(running)
+
+    monkeypatch.setattr(Bench, "start_level", start_level)
+    monkeypatch.setattr(bench_main, "idle_cpu_pct", no_idle_cpu)
+    ScriptedNoiseMeter.noise = [0.0] * 4 * rounds
+    servers = StoppingServers()
+    await bench.level(servers, bench.speed_models[0], 0, 2)  # type: ignore[arg-type]
+    assert len(started) == rounds
+    every = [server for procs in started for server in procs]
+    assert servers.stopped == every, "each round's processes stop, the last ones at the end"
+    per_run = 2 * bench_main.per_stream(bench.args.requests, 2)  # 2 streams' requests
+    answered = {name: len(prompts) for name, prompts in served.items()}
+    assert answered == dict.fromkeys(served, 2 * per_run)  # greedy, then sampled
+    runs = bench.speed_models[0].out["runs"]
+    assert sorted((r["server"], r["round"]) for r in runs) == sorted(
+        (kind, rnd) for rnd in range(rounds) for kind in kinds for _ in range(2)
+    )
+
+
+async def test_the_edgeserves_soak_side_by_side(bench: Bench, monkeypatch: pytest.MonkeyPatch):
+    """One after the other, the second soak would start after idling through the first, its
+    heap trimmed, and end lower for that alone: each soak here waits for the other to begin."""
+    begun: list[str] = []
+    both = asyncio.Event()
+
+    async def soaking(url: str, n: int, c: int, rss: Any, eog: Any) -> dict[str, Any]:
+        begun.append(url)
+        if len(begun) == 2:
+            both.set()
+        await asyncio.wait_for(both.wait(), 2.0)
+        return {"requests": n, "url": url}
+
+    monkeypatch.setattr(bench_main.soak, "soak", soaking)
+    bench.args.soak_requests = 10
+    kinds = ("edgeserve", "edgeserve-baseline", "llama-server")
+    running = [StartedServer(f"http://{kind}", kind) for kind in kinds]
+    await bench.soak(running, 4)  # type: ignore[arg-type]
+    assert sorted(begun) == ["http://edgeserve", "http://edgeserve-baseline"]
+    assert bench.results["soak"]["edgeserve-baseline"] == {
+        "requests": 10,
+        "url": "http://edgeserve-baseline",
+        "concurrency": 4,
+    }
