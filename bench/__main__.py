@@ -639,6 +639,7 @@ class Bench:
             f"  {res.server:18} c={res.concurrency} round {rnd} {mode:6}: "
             f"{res.aggregate_tps:7.1f} tok/s aggregate, "
             f"TTFT p50 {res.ttft_p50_ms or 0:6.0f} ms, {res.short} cut short"
+            + ("" if res.engine_step_ms is None else f", engine {res.engine_step_ms:.2f} ms a step")
             + (f", {res.errors[0]}" if res.errors else ""),
             flush=True,
         )

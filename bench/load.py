@@ -13,6 +13,7 @@ import asyncio
 import itertools
 import json
 import random
+import re
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -21,7 +22,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.anchors import LLAMA_SERVER, Server, Servers
+from bench.anchors import EDGESERVES, LLAMA_SERVER, Server, Servers
 
 TIMEOUT = aiohttp.ClientTimeout(total=900, sock_read=300)
 
@@ -200,6 +201,10 @@ class RunResult:
     prompt_tokens_p50: float | None
     server_cpu_s: float = 0.0
     other_cpu_s: float = 0.0
+    # edgeserve's engine thread over the run (its /metrics): milliseconds a step in each
+    # phase, and outside llama_decode in all (None for the other servers)
+    engine_phases_ms: dict[str, float] | None = None
+    engine_step_ms: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A plain dict for the JSON report."""
@@ -256,6 +261,68 @@ class LoadShape:
         return chat_body(kind, messages, self.max_tokens, self.eog_ids, self.temperature, seed)
 
 
+# edgeserve's engine counters in its /metrics (summed over the models' label sets)
+_ENGINE_METRIC = re.compile(
+    r"^edgeserve_engine_(steps_total|phase_seconds_total)(?:\{([^}]*)\})? (\S+)$", re.MULTILINE
+)
+_PHASE = re.compile(r'phase="([^"]+)"')
+
+
+def read_engine_clock(metrics: str) -> dict[str, float]:
+    """The engine's decode count ("steps") and the seconds of each phase of its steps, from
+    the text of edgeserve's /metrics."""
+    clock: dict[str, float] = {}
+    for name, labels, value in _ENGINE_METRIC.findall(metrics):
+        phase = _PHASE.search(labels or "")
+        key = "steps" if name == "steps_total" else phase.group(1) if phase else None
+        if key is not None:
+            clock[key] = clock.get(key, 0.0) + float(value)
+    return clock
+
+
+def per_step_ms(before: dict[str, float], after: dict[str, float]) -> dict[str, float] | None:
+    """Milliseconds a step in each phase between two readings of `read_engine_clock`, and
+    "outside_decode", the sum of all but llama_decode's; None without a step between them."""
+    steps = after.get("steps", 0.0) - before.get("steps", 0.0)
+    if steps <= 0:
+        return None
+    phases = {
+        k: 1000.0 * (v - before.get(k, 0.0)) / steps for k, v in after.items() if k != "steps"
+    }
+    return phases | {"outside_decode": sum(v for k, v in phases.items() if k != "decode")}
+
+
+class EngineClocks:
+    """The edgeserves' engine clocks over a run: read at its start and end, put on its
+    results (`RunResult.engine_phases_ms`, `engine_step_ms`)."""
+
+    def __init__(self, http: aiohttp.ClientSession, servers: Sequence[tuple[str, str]]) -> None:
+        self.http = http
+        self.servers = [(kind, url) for kind, url in servers if kind in EDGESERVES]
+        self.before: dict[str, dict[str, float]] = {}
+
+    async def read(self) -> dict[str, dict[str, float]]:
+        """Every edgeserve's clock now."""
+        clocks = {}
+        for kind, url in self.servers:
+            async with self.http.get(url + "/metrics") as resp:
+                clocks[kind] = read_engine_clock(await resp.text())
+        return clocks
+
+    async def start(self) -> None:
+        """The run begins."""
+        self.before = await self.read()
+
+    async def stamp(self, runs: Sequence[RunResult]) -> None:
+        """The run is over: each edgeserve's milliseconds a step on its result."""
+        after = await self.read()
+        for run in runs:
+            if run.server in after:
+                phases = per_step_ms(self.before[run.server], after[run.server])
+                run.engine_phases_ms = phases
+                run.engine_step_ms = phases["outside_decode"] if phases else None
+
+
 async def run_load(
     url: str, kind: str, concurrency: int, per_worker: int, shape: LoadShape
 ) -> RunResult:
@@ -272,10 +339,14 @@ async def run_load(
             streams.append(await stream_chat(http, url, shape.body(kind, concurrency, r, w)))
 
     async with session(concurrency + 2) as http:
+        clocks = EngineClocks(http, [(kind, url)])
+        await clocks.start()
         started = time.perf_counter()
         await asyncio.gather(*(worker(w, http) for w in range(concurrency)))
         wall = time.perf_counter() - started
-    return summarize(kind, concurrency, streams, wall)
+        run = summarize(kind, concurrency, streams, wall)
+        await clocks.stamp([run])
+    return run
 
 
 async def run_in_turns(
@@ -291,6 +362,8 @@ async def run_in_turns(
     walls = dict.fromkeys(streams, 0.0)
     cpus = dict.fromkeys(streams, 0.0)
     async with session(2) as http:
+        clocks = EngineClocks(http, [(s.kind, s.url) for s in servers])
+        await clocks.start()
         for r in range(requests):
             shift = r % len(servers)
             for server in [*servers[shift:], *servers[:shift]]:
@@ -299,11 +372,12 @@ async def run_in_turns(
                 streams[server.kind].append(await stream_chat(http, server.url, body))
                 walls[server.kind] += time.perf_counter() - started
                 cpus[server.kind] += server.cpu() - cpu
-    runs = []
-    for kind, done in streams.items():
-        run = summarize(kind, 1, done, walls[kind])
-        run.server_cpu_s = cpus[kind]
-        runs.append(run)
+        runs = []
+        for kind, done in streams.items():
+            run = summarize(kind, 1, done, walls[kind])
+            run.server_cpu_s = cpus[kind]
+            runs.append(run)
+        await clocks.stamp(runs)
     return runs
 
 

@@ -68,6 +68,12 @@ SAMPLED_ROWS = (
     Row("sampled TTFT p50 ms", "sampled_ttft_p50_ms", "{:.0f}", False),
     Row("sampled inter-token p99 ms", "sampled_itl_p99_ms", "{:.1f}", False),
 )
+# edgeserve's engine thread outside llama_decode, a step (its /metrics over each run).
+ENGINE_ROWS = (
+    Row("engine ms a step beyond decode", "engine_step_ms", "{:.2f}", False, floor=0.05),
+    Row("sampled engine ms beyond decode", "sampled_engine_step_ms", "{:.2f}", False, floor=0.05),
+)
+LOAD_ROWS = RUN_ROWS + SAMPLED_ROWS + ENGINE_ROWS
 MEMORY_ROWS = (
     *(
         Row(label, key, "{:.0f}", False, 1.0 / MIB)
@@ -183,7 +189,7 @@ def run_values(
 ) -> list[float]:
     """The values of `key` over the alternated rounds of `server` at `c` and `temperature`."""
     values = [
-        r[key]
+        r.get(key)
         for r in runs
         if r["server"] == server
         and r["concurrency"] == c
@@ -226,7 +232,7 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
         level: dict[str, Any] = {}
         for server in results["config"]["servers"]:
             row = {}
-            for spec in RUN_ROWS + SAMPLED_ROWS:
+            for spec in LOAD_ROWS:
                 key, temperature = _run_key(results, spec.key)
                 row[spec.key] = median_runs(results["runs"], server, c, key, temperature)
             row.update(results["memory"].get(f"{server}@{c}", {}))
@@ -370,12 +376,12 @@ def _speed(part: dict[str, Any], tab: _Table, model: str | None = None) -> list[
         lines.append(
             f"{title}concurrency {c} (--parallel {c}, {cfg['requests'][c]} requests per round)"
         )
-        for row in RUN_ROWS + SAMPLED_ROWS + MEMORY_ROWS:
+        for row in LOAD_ROWS + MEMORY_ROWS:
             values = {s: (level.get(s) or {}).get(row.key) for s in tab.servers}
-            if row in MEMORY_ROWS and all(v is None for v in values.values()):
-                continue  # a case that did not run on this model
+            if row not in RUN_ROWS + SAMPLED_ROWS and all(v is None for v in values.values()):
+                continue  # a case that did not run on this model, a figure not measured
             noise = row.noise
-            if noise is None and row in RUN_ROWS + SAMPLED_ROWS:
+            if noise is None and row in LOAD_ROWS:
                 key, temperature = _run_key(part, row.key)
                 noise = rounds_noise(
                     *(run_values(part["runs"], s, int(c), key, temperature) for s in EDGESERVES)
@@ -1088,7 +1094,8 @@ def documents_targets(do: dict[str, Any] | None) -> list[tuple[str, bool | None,
 def model2_targets(part: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
     """Issue 36's targets for the second model against llama-server, on the sampled load
     (greedy without one): one stream >= 0.95x, 8 streams >= 1.0x, TTFT p50 <= 1.1x and
-    inter-token p99 <= 1.0x at every concurrency; edgeserve's per-step overhead <= 0.5 ms."""
+    inter-token p99 <= 1.0x at every concurrency; edgeserve's engine time outside
+    llama_decode <= 0.5 ms a step at one stream."""
     name = model_name(part)
     cfg = part["config"]
     temperature = cfg.get("sampled_temperature") or 0.0
@@ -1125,21 +1132,30 @@ def model2_targets(part: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
 
 
 def overhead_target(part: dict[str, Any], name: str) -> tuple[str, bool | None, str]:
-    """edgeserve's per-step overhead at one stream (greedy, `overhead_ms`) <= 0.5 ms."""
-    what = f"{name}: engine overhead <= {OVERHEAD_TARGET_MS} ms per token at one stream"
-    tg = (part.get("llama_bench") or {}).get("tps")
-    level = part["summary"].get("1") or {}
-    ours = (level.get(EDGESERVE) or {}).get("stream_tps_p50")
-    overhead = overhead_ms(ours, tg)
-    if overhead is None or ours is None or tg is None:
-        return (what, None, "not measured")
-    theirs = overhead_ms((level.get(LLAMA_SERVER) or {}).get("stream_tps_p50"), tg)
-    return (
-        what,
-        overhead <= OVERHEAD_TARGET_MS,
-        f"{overhead:.2f} ms (1000/{ours:.1f} - 1000/{tg:.1f} tok/s)"
-        + ("" if theirs is None else f"; llama-server {theirs:.2f} ms"),
+    """edgeserve's engine time a step outside llama_decode at one stream <= 0.5 ms: its
+    /metrics phase clock over the sampled runs (the greedy ones without a sampled load). Not
+    the time per token beyond llama-bench's tg: drafts make that negative on a greedy load,
+    and it holds HTTP and the client too; it is given beside, with llama-server's."""
+    what = (
+        f"{name}: engine time outside llama_decode <= {OVERHEAD_TARGET_MS} ms a step at one stream"
     )
+    temperature = part["config"].get("sampled_temperature") or 0.0
+    pre, mode = ("sampled_", f"T={temperature:g}") if temperature else ("", "greedy")
+    level = part["summary"].get("1") or {}
+    ours = (level.get(EDGESERVE) or {}).get(pre + "engine_step_ms")
+    if ours is None:
+        return (what, None, "not measured")
+    tg = (part.get("llama_bench") or {}).get("tps")
+    beyond = {
+        s: overhead_ms((level.get(s) or {}).get(pre + "stream_tps_p50"), tg)
+        for s in (EDGESERVE, LLAMA_SERVER)
+    }
+    why = f"{ours:.2f} ms ({mode}, /metrics)"
+    if beyond[EDGESERVE] is not None:
+        why += f"; beyond llama-bench's tg: {beyond[EDGESERVE]:.2f} ms a token"
+        if beyond[LLAMA_SERVER] is not None:
+            why += f", llama-server {beyond[LLAMA_SERVER]:.2f}"
+    return (what, ours <= OVERHEAD_TARGET_MS, why)
 
 
 def long_prompt_targets(

@@ -18,6 +18,7 @@ import bench.__main__ as bench_main
 from bench import load, lora
 from bench.__main__ import Bench, parse_args
 from tests.unit.bench_models import vocab_gguf
+from tests.unit.fake_chat_server import streaming_chat_app
 
 LEVELS = (1, 2, 4, 8)
 
@@ -273,3 +274,35 @@ async def test_the_edgeserves_soak_side_by_side(bench: Bench, monkeypatch: pytes
         "url": "http://edgeserve-baseline",
         "concurrency": 4,
     }
+
+
+async def test_a_run_puts_edgeserve_s_engine_time_a_step_from_its_metrics_on_its_result(
+    aiohttp_server: Any,
+):
+    """Each answered request adds 3 steps, 30 ms of decode and 1.5 ms of sampling to the
+    /metrics of the server it went to; llama-server's result gets no figure."""
+    servers = []
+    for kind in ("edgeserve", "llama-server"):
+        steps = [30]  # before the run
+
+        def answered(body: dict[str, Any], steps: list[int] = steps) -> None:
+            steps[0] += 3
+
+        async def metrics(request: web.Request, steps: list[int] = steps) -> web.Response:
+            n = steps[0]
+            return web.Response(
+                text=f"edgeserve_engine_steps_total {n}.0\n"
+                f'edgeserve_engine_phase_seconds_total{{phase="decode"}} {0.01 * n}\n'
+                f'edgeserve_engine_phase_seconds_total{{phase="sample"}} {0.0005 * n}\n'
+            )
+
+        app = streaming_chat_app(answered)
+        app.router.add_get("/metrics", metrics)
+        server = await aiohttp_server(app)
+        servers.append(RecordingServer(str(server.make_url("")).rstrip("/"), kind))
+    runs = {r.server: r for r in await load.run_in_turns(servers, 2, load.LoadShape(2, 4, (0,)))}
+    assert runs["edgeserve"].engine_step_ms == pytest.approx(0.5)
+    assert runs["edgeserve"].engine_phases_ms == pytest.approx(
+        {"decode": 10.0, "sample": 0.5, "outside_decode": 0.5}
+    )
+    assert runs["llama-server"].engine_step_ms is None
