@@ -9,6 +9,7 @@ from types import TracebackType
 
 from edgeserve.engine.adapters import Adapter, AdapterCatalog
 from edgeserve.engine.jobs import AnyJob, Job, Prompt, Sink
+from edgeserve.engine.loop_wake import wake_for
 from edgeserve.engine.scoring import TextState
 from edgeserve.engine.types import (
     ChatPrompt,
@@ -64,7 +65,7 @@ class Generation:
         returns once queued, not once running (raises the engine's rejection: too long, a bad
         grammar, a full queue)."""
         prompt: Prompt = await asyncio.wrap_future(self._engine.prepare_async(self._request))
-        sink = Sink(asyncio.get_running_loop(), self._queue.put_nowait)
+        sink = Sink(wake_for(asyncio.get_running_loop()), self._queue.put_nowait)
         self._job = self._engine.submit(self._request, prompt, sink)
         self._open = self._request.n
         return PromptInfo(prompt_tokens=len(prompt.tokens))
@@ -116,7 +117,7 @@ class EngineClient:
         """Submit a job whose one event is its result; raise its EngineError, and abort it
         when the awaiting task is cancelled."""
         queue: asyncio.Queue[object] = asyncio.Queue()
-        job = submit(Sink(asyncio.get_running_loop(), queue.put_nowait))
+        job = submit(Sink(wake_for(asyncio.get_running_loop()), queue.put_nowait))
         try:
             event = await queue.get()
         except asyncio.CancelledError:

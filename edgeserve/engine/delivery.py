@@ -1,4 +1,5 @@
-"""Results leave the engine thread: one `call_soon_threadsafe` per event loop per step."""
+"""Results leave the engine thread: one `call_soon_threadsafe` per event loop per step, on the
+loop's LoopWake (loop_wake.py), whose wake-up keeps the GIL."""
 
 from __future__ import annotations
 

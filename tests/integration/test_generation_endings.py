@@ -33,6 +33,7 @@ from aiohttp.test_utils import TestClient
 from edgeserve.engine.delivery import Outbox
 from edgeserve.engine.generating import Generating
 from edgeserve.engine.jobs import Choice, Job
+from edgeserve.engine.loop_wake import wake_for
 from edgeserve.engine.types import TextDelta
 from edgeserve.engine.worker import Engine
 from tests.integration.conftest import EOS_BAN
@@ -387,7 +388,8 @@ def engine_tokens(*, fail_after: int | None = None) -> Iterator[Slowed]:
     only one in this process.)"""
     on_token, flush, cancel = Generating._on_token, Outbox.flush, Engine.cancel
     slowed = Slowed()
-    loop = asyncio.get_running_loop()  # the test's: an earlier test's request may still end
+    # the test's loop (an earlier test's request may still end), as the engine reaches it
+    loop = wake_for(asyncio.get_running_loop())
 
     def slow_or_failing(
         self: Generating, job: Job, choice: Choice, token: int | None, logits: Any
