@@ -39,6 +39,10 @@ class StepClock:
         self.seconds[phase] += now - self._mark
         self._mark = now
 
+    def now(self) -> float:
+        """The clock's time now (seconds)."""
+        return self._timer()
+
     def totals(self) -> tuple[tuple[str, float], ...]:
         """(phase, seconds) in PHASES order."""
         return tuple(self.seconds.items())

@@ -36,6 +36,12 @@ from edgeserve.errors import (
 
 log = logging.getLogger("edgeserve.engine")
 
+# How often steps that change no job's state publish their figures (`Stepper.snapshot`): a
+# step after which a different number of jobs wait, run or score (one came in, was admitted,
+# ended or was cancelled), or after which the engine is idle, publishes at once. Building
+# them every step cost ~30 µs of each step of a stream.
+PUBLISH_EVERY_S = 0.05
+
 
 class Stepper:
     """The loaded engine's steps (engine thread only); `snapshot` is what they last published
@@ -66,6 +72,8 @@ class Stepper:
         # beside them stalls their barriers, so they leave at the end of the step.
         self._deliver_during_decode = backend.gpu_offload
         self.snapshot = self._stats()
+        self._live = (0, 0, 0)  # the queued, running and scoring jobs at the last publish
+        self._due = 0.0  # when (the step clock's time) a running step publishes again
 
     def has_work(self) -> bool:
         """True when a step would do something (a decode, or an arrived detached sample)."""
@@ -129,7 +137,11 @@ class Stepper:
         if broken is not None:
             self.restart(broken)
         self.inbox.set_queued(len(scheduler.waiting))
-        self.snapshot = self._stats()
+        live = (len(scheduler.waiting), len(scheduler.active), len(scheduler.scoring))
+        now = clock.now()
+        if live != self._live or not self.has_work() or now >= self._due:
+            self.publish()
+            self._live, self._due = live, now + PUBLISH_EVERY_S
         if not self._deliver_during_decode or not self.has_work():
             state.outbox.flush()
         clock.lap("deliver")

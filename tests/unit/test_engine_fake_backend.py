@@ -15,9 +15,11 @@ from functools import partial
 import pytest
 
 from edgeserve.engine import generating, worker
+from edgeserve.engine import stepper as stepper_module
 from edgeserve.engine.invariants import InvariantError
 from edgeserve.engine.jobs import Job, JobState, Prompt, ScoreJob, Sink
 from edgeserve.engine.policy import Scheduler
+from edgeserve.engine.step_clock import StepClock
 from edgeserve.engine.step_cost import StepCost
 from edgeserve.engine.types import (
     AdapterSet,
@@ -324,10 +326,10 @@ def test_choices_sharing_their_prompt_count_its_cells_once():
     job, events = h.submit("p" * 99, n=4, temperature=1.0, seed=5, max_tokens=6)
     while job.state is not JobState.DONE:
         h.step()
-        stats = h.engine.stats()
-        assert stats.kv_cells_used == h.backend.cells_used() <= stats.n_ctx
+        stats = h.engine.stats()  # published now, or up to PUBLISH_EVERY_S ago
+        assert h.backend.cells_used() <= stats.n_ctx and stats.kv_cells_used <= stats.n_ctx
     assert finishes(events) == dict.fromkeys(range(4), "length")
-    assert h.engine.stats().kv_cells_used == 100 + 4 * 5
+    assert h.engine.stats().kv_cells_used == h.backend.cells_used() == 100 + 4 * 5
     h.assert_clean()
 
 
@@ -954,3 +956,32 @@ def test_score_context_is_released_after_idle(monkeypatch):
     assert isinstance(events[0], ScoreResult) and h.backend.holds_score_context
     h.engine.housekeeping()
     assert not h.backend.holds_score_context
+
+
+def test_steps_that_change_no_job_publish_their_figures_every_so_often(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The figures (`Engine.stats`) are published by every step that takes in, admits, ends
+    or cancels a job and by one after which the engine is idle; the steps of a running
+    stream publish them PUBLISH_EVERY_S apart."""
+    h = Harness()
+    now = [100.0]
+    monkeypatch.setattr(StepClock, "now", lambda self: now[0])
+    job, _ = h.submit("a prompt", max_tokens=40)
+    h.step()  # takes the job in: published
+    steps = h.engine.stats().engine_steps
+    assert steps == len(h.backend.decodes) > 0
+    for _ in range(5):  # the stream's steps, no time passing: not published
+        h.step()
+        assert h.engine.stats().engine_steps == steps
+    now[0] += stepper_module.PUBLISH_EVERY_S
+    h.step()
+    assert h.engine.stats().engine_steps == len(h.backend.decodes) == steps + 6
+    h.engine.cancel(job)
+    h.step()  # a cancel: published at once, the engine idle
+    assert h.engine.stats().engine_steps == len(h.backend.decodes)
+    assert h.engine.stats().busy_slots == 0
+    second, _ = h.submit("another prompt", max_tokens=2)
+    h.run_until_idle()  # ends the job and goes idle: published
+    assert second.state is JobState.DONE
+    assert h.engine.stats().engine_steps == len(h.backend.decodes)
