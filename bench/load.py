@@ -13,7 +13,6 @@ import asyncio
 import itertools
 import json
 import random
-import re
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -22,7 +21,8 @@ from typing import Any
 
 import aiohttp
 
-from bench.anchors import EDGESERVES, LLAMA_SERVER, Server, Servers
+from bench.anchors import LLAMA_SERVER, Server, Servers
+from bench.engine_clock import EngineClocks
 
 TIMEOUT = aiohttp.ClientTimeout(total=900, sock_read=300)
 
@@ -259,68 +259,6 @@ class LoadShape:
         messages = [{"role": "user", "content": prompt_text(index, self.prompt_words)}]
         seed = index if sampled else None
         return chat_body(kind, messages, self.max_tokens, self.eog_ids, self.temperature, seed)
-
-
-# edgeserve's engine counters in its /metrics (summed over the models' label sets)
-_ENGINE_METRIC = re.compile(
-    r"^edgeserve_engine_(steps_total|phase_seconds_total)(?:\{([^}]*)\})? (\S+)$", re.MULTILINE
-)
-_PHASE = re.compile(r'phase="([^"]+)"')
-
-
-def read_engine_clock(metrics: str) -> dict[str, float]:
-    """The engine's decode count ("steps") and the seconds of each phase of its steps, from
-    the text of edgeserve's /metrics."""
-    clock: dict[str, float] = {}
-    for name, labels, value in _ENGINE_METRIC.findall(metrics):
-        phase = _PHASE.search(labels or "")
-        key = "steps" if name == "steps_total" else phase.group(1) if phase else None
-        if key is not None:
-            clock[key] = clock.get(key, 0.0) + float(value)
-    return clock
-
-
-def per_step_ms(before: dict[str, float], after: dict[str, float]) -> dict[str, float] | None:
-    """Milliseconds a step in each phase between two readings of `read_engine_clock`, and
-    "outside_decode", the sum of all but llama_decode's; None without a step between them."""
-    steps = after.get("steps", 0.0) - before.get("steps", 0.0)
-    if steps <= 0:
-        return None
-    phases = {
-        k: 1000.0 * (v - before.get(k, 0.0)) / steps for k, v in after.items() if k != "steps"
-    }
-    return phases | {"outside_decode": sum(v for k, v in phases.items() if k != "decode")}
-
-
-class EngineClocks:
-    """The edgeserves' engine clocks over a run: read at its start and end, put on its
-    results (`RunResult.engine_phases_ms`, `engine_step_ms`)."""
-
-    def __init__(self, http: aiohttp.ClientSession, servers: Sequence[tuple[str, str]]) -> None:
-        self.http = http
-        self.servers = [(kind, url) for kind, url in servers if kind in EDGESERVES]
-        self.before: dict[str, dict[str, float]] = {}
-
-    async def read(self) -> dict[str, dict[str, float]]:
-        """Every edgeserve's clock now."""
-        clocks = {}
-        for kind, url in self.servers:
-            async with self.http.get(url + "/metrics") as resp:
-                clocks[kind] = read_engine_clock(await resp.text())
-        return clocks
-
-    async def start(self) -> None:
-        """The run begins."""
-        self.before = await self.read()
-
-    async def stamp(self, runs: Sequence[RunResult]) -> None:
-        """The run is over: each edgeserve's milliseconds a step on its result."""
-        after = await self.read()
-        for run in runs:
-            if run.server in after:
-                phases = per_step_ms(self.before[run.server], after[run.server])
-                run.engine_phases_ms = phases
-                run.engine_step_ms = phases["outside_decode"] if phases else None
 
 
 async def run_load(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import bench.__main__ as bench_main
-from bench import load, long_prompt, lora, report
+from bench import engine_clock, load, long_prompt, lora, report
 from bench.__main__ import Bench, parse_args
 from bench.anchors import EDGESERVE, EDGESERVE_BASELINE, LLAMA_SERVER
 from tests.unit.bench_models import vocab_gguf
@@ -111,15 +111,15 @@ def test_the_engine_time_is_read_from_edgeserve_s_metrics():
             "edgeserve_engine_steps_totals 5.0",
         ]
     )
-    before = load.read_engine_clock(metrics)
+    before = engine_clock.read_engine_clock(metrics)
     assert before == {"steps": 200.0, "intake": 0.01, "decode": 2.0, "sample": 0.1}
     after = {"steps": 300.0, "intake": 0.02, "decode": 3.0, "sample": 0.13}
-    got = load.per_step_ms(before, after)
+    got = engine_clock.per_step_ms(before, after)
     assert got is not None
     assert got == pytest.approx(
         {"intake": 0.1, "decode": 10.0, "sample": 0.3, "outside_decode": 0.4}
     )
-    assert load.per_step_ms(before, before) is None
+    assert engine_clock.per_step_ms(before, before) is None
 
 
 def test_long_prompts_are_held_to_llama_server_s_ttft_on_both_models():
