@@ -442,11 +442,13 @@ class Bench:
         # llama-bench takes its turn too at one stream, so drift cancels for it
         bench_turn: list[Server | None] = [None] if c == 1 and self.with_llama_bench else []
         running: list[Server] = []
+        idle_cpu: list[float] = []
         for r in range(a.rounds):
             for server in running:
                 servers.stop(server)
             running = await self.start_level(servers, model, c, r)
-            idle_cpu = await idle_cpu_pct(running)
+            if r == a.rounds - 1:  # memory, too, is read from the last round's processes
+                idle_cpu = await idle_cpu_pct(running)
             entries = [*running, *bench_turn]
             shift = (r + index) % len(entries)
             order = entries[shift:] + entries[:shift]

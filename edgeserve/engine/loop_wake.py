@@ -47,7 +47,8 @@ _PLAIN: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()  # no Loo
 class LoopWake:
     """An event loop's wake-up for other threads: `call_soon_threadsafe` as the loop's own,
     woken through a pipe of its own whose write keeps the GIL. Made on the loop's thread
-    (`wake_for`); its pipe is closed when the loop is closed or collected."""
+    (`wake_for`); its pipe is closed by the first call after the loop has closed, or when the
+    loop is collected."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, write: Callable[[int, bytes, int], int]):
         self._loop = weakref.ref(loop)
