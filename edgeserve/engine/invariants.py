@@ -1,9 +1,9 @@
-"""The scheduler's invariants (policy.py), checked after every step in tests and when the
-engine thread fails: each sequence id is owned by at most one live choice or is free, never
-both; every stored sequence is contiguous from position 0 (with a sliding window, from no later
-than the window's start) and ends where its owner's next token goes; no ended job is in a live
-collection; the reservations add up; no window checkpoint lies past what its sequence holds;
-each draft model sequence holds what it recorded."""
+"""The scheduler's invariants (policy.py), checked by the engine thread around its steps
+(stepper.py says when) and by the tests after theirs: each sequence id is owned by at most one
+live choice or is free, never both; every stored sequence is contiguous from position 0 (with
+a sliding window, from no later than the window's start) and ends where its owner's next token
+goes; no ended job is in a live collection; the reservations add up; no window checkpoint lies
+past what its sequence holds; each draft model sequence holds what it recorded."""
 
 from __future__ import annotations
 

@@ -107,6 +107,12 @@ class GenerationPlan:
         return sum(row is not None for _, _, row in self.prefills)
 
     @property
+    def routine(self) -> bool:
+        """True for a step without prompt tokens: it gives each of its choices its next
+        token (and verifies their drafts, which `Scheduler.keep` then cuts)."""
+        return not self.prefills
+
+    @property
     def prompt_tokens(self) -> int:
         """The prompt tokens of this step that give no logit row."""
         return sum(take for _, take, _ in self.prefills) - self.ending_prompts
@@ -217,6 +223,8 @@ class Planner:
             if draft:
                 batch.add_span(draft, choice.n_past + 1, choice.seq_id, range(len(draft)))
             plan.rows.append((row, job, choice, tuple(draft)))
+        if not prefilling:
+            return plan
         budget = batch.room
         row_tokens = 0
         if streams:

@@ -89,6 +89,7 @@ class Scheduler:
         self.prefix_hits = 0
         self.prefix_tokens = 0
         self.restored_tokens = 0  # of those, the ones a stored entry gave back
+        self.cuts = 0  # how many times cells were dropped from a sequence (`_cut`)
         # Free sequences whose tokens could not be stored (no copy, or too large for the
         # tiers): not tried again while idle until they hold something else.
         self._unstorable: set[int] = set()
@@ -352,6 +353,7 @@ class Scheduler:
     def _cut(self, seq: int, keep: int) -> bool:
         """Drop the cells of `seq` from position `keep` on (-1: all of them); False when
         the cache cannot."""
+        self.cuts += 1
         if not self.kv.seq_rm(seq, keep, -1):
             return False
         self.sharing.trimmed(seq, max(keep, 0))

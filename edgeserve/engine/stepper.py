@@ -2,6 +2,12 @@
 and unloading LoRA adapters), admit, decode once (a generation, score or embeddings plan,
 under its adapter set), check the scheduler's invariants, deliver.
 
+The invariants (invariants.py) are checked after every step, and before its decode too when
+jobs came in (a reused prefix must be whole before anything attends to it), but after a
+routine step only once in CHECK_EVERY_ROUTINE: a step that gave each running choice one more
+token, while no job came in, was admitted or ended and no sequence lost cells, runs the same
+bookkeeping as the step before it.
+
 Isolation: any exception while serving one job (sampling, a grammar, a score chunk, making
 its samplers) ends that job alone with EngineFault (500, logged with its traceback); the
 others go on. A decode that breaks the context (any status but 0 or 1) or a scheduler
@@ -20,7 +26,7 @@ from edgeserve.engine.inbox import Inbox
 from edgeserve.engine.invariants import InvariantError
 from edgeserve.engine.jobs import AnyJob
 from edgeserve.engine.loaded import Loaded
-from edgeserve.engine.planning import EmbedPlan, MediaPlan, ScorePlan
+from edgeserve.engine.planning import EmbedPlan, GenerationPlan, MediaPlan, ScorePlan
 from edgeserve.engine.ports import Backend
 from edgeserve.engine.score_steps import ScoreSteps
 from edgeserve.engine.step_cost import CALIBRATION_ROWS
@@ -41,6 +47,9 @@ log = logging.getLogger("edgeserve.engine")
 # ended or was cancelled), or after which the engine is idle, publishes at once. Building
 # them every step cost ~30 µs of each step of a stream.
 PUBLISH_EVERY_S = 0.05
+# One routine step in this many checks the invariants (see the module docstring): the check
+# cost ~30 µs of each step of a stream, about as much as a whole step's planning.
+CHECK_EVERY_ROUTINE = 8
 
 
 class Stepper:
@@ -74,6 +83,8 @@ class Stepper:
         self.snapshot = self._stats()
         self._live = (0, 0, 0)  # the queued, running and scoring jobs at the last publish
         self._due = 0.0  # when (the step clock's time) a running step publishes again
+        self._shape = (0, 0, 0, 0)  # the live jobs and the scheduler's cuts after the last step
+        self._routine = 0  # routine steps since the invariants were last checked
 
     def has_work(self) -> bool:
         """True when a step would do something (a decode, or an arrived detached sample)."""
@@ -107,11 +118,8 @@ class Stepper:
         for job, exc in scheduler.admit(self.generating.open_choices):
             state.fail(job, exc)
         clock.lap("intake")
-        # Every step checks the invariants at least once: before the decode when anything
-        # came in (a reused prefix must be whole before anything attends to it), after a
-        # generation decode, and at the end when neither happened.
-        checked = bool(jobs or cancels or scheduler.waiting)
-        broken = self._broken_invariant() if checked else None
+        arrived = bool(jobs or cancels or scheduler.waiting)
+        broken = self._broken_invariant() if arrived else None
         plan = None if broken else scheduler.plan(state.backend.batch)
         if plan is not None:
             state.backend.use_adapters(plan.adapters)
@@ -119,6 +127,7 @@ class Stepper:
         if self._deliver_during_decode:
             state.outbox.flush()
             clock.lap("deliver")
+        decoded = False  # a generation or media decode (which the check must follow)
         if isinstance(plan, ScorePlan):
             self.scoring.score(plan)
             clock.lap("decode")
@@ -126,18 +135,20 @@ class Stepper:
             self.scoring.embed(plan)
             clock.lap("decode")
         elif isinstance(plan, MediaPlan):
-            broken = self.generating.run_media(plan) or self._broken_invariant()
-            checked = True
+            broken, decoded = self.generating.run_media(plan), True
         elif plan is not None:
-            broken = self.generating.run(plan) or self._broken_invariant()
-            checked = True
-        if not checked:
+            broken, decoded = self.generating.run(plan), True
+        live = (len(scheduler.waiting), len(scheduler.active), len(scheduler.scoring))
+        shape = (*live, scheduler.cuts)
+        routine = isinstance(plan, GenerationPlan) and plan.routine and shape == self._shape
+        self._shape = shape
+        if broken is None and (decoded or not arrived) and self._check_due(routine):
             broken = self._broken_invariant()
         clock.lap("plan")
         if broken is not None:
             self.restart(broken)
+            live = (len(scheduler.waiting), len(scheduler.active), len(scheduler.scoring))
         self.inbox.set_queued(len(scheduler.waiting))
-        live = (len(scheduler.waiting), len(scheduler.active), len(scheduler.scoring))
         now = clock.now()
         if live != self._live or not self.has_work() or now >= self._due:
             self.publish()
@@ -174,6 +185,14 @@ class Stepper:
         self.adapters.remove(name)
         self.state.backend.free_adapter(adapter.id)
         return adapter
+
+    def _check_due(self, routine: bool) -> bool:
+        """Whether this step checks the invariants after its decode: any step but a routine
+        one, and every CHECK_EVERY_ROUTINE-th routine step in a row."""
+        self._routine = self._routine + 1 if routine else 0
+        if self._routine >= CHECK_EVERY_ROUTINE:
+            self._routine = 0
+        return self._routine == 0
 
     def _broken_invariant(self) -> str | None:
         """Why the scheduler's bookkeeping is broken (see Scheduler.check_invariants), or None."""

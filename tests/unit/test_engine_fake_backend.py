@@ -1,7 +1,8 @@
 """The engine's job lifecycle and scheduling policy, driven step by step on FakeBackend (a
-scripted, batch-invariant stand-in for llama.cpp: see fake_backend.py). Every step also runs
-the scheduler's invariant check; a failed check would make the context anew, so each test
-ends by asserting that never happened."""
+scripted, batch-invariant stand-in for llama.cpp: see fake_backend.py). The engine's steps
+check the scheduler's invariants (stepper.py says when) and `assert_clean` checks them once
+more; a failed check would make the context anew, so each test ends by asserting that never
+happened."""
 
 from __future__ import annotations
 
@@ -800,15 +801,73 @@ def test_a_broken_decode_restarts_the_context_and_queued_requests_still_run():
     h.assert_clean(restarts=1)
 
 
-def test_an_invariant_that_fails_restarts_instead_of_corrupting():
-    h = Harness()
+def checks_by_decode(monkeypatch: pytest.MonkeyPatch, h: Harness) -> list[int]:
+    """The number of decodes made before each invariant check the engine runs from now on."""
+    checks: list[int] = []
+    check = Scheduler.check_invariants
+
+    def counted(scheduler: Scheduler) -> None:
+        checks.append(len(h.backend.decodes))
+        check(scheduler)
+
+    monkeypatch.setattr(Scheduler, "check_invariants", counted)
+    return checks
+
+
+def until_generating(h: Harness, job: Job) -> None:
+    """Step until `job` is past its prompt."""
+    while job.state is not JobState.GENERATING:
+        h.step()
+
+
+def test_an_invariant_that_fails_restarts_instead_of_corrupting(monkeypatch):
+    """A break in the bookkeeping of a stream's plain steps (its reservations no longer add
+    up; the decodes do not notice) restarts the context within CHECK_EVERY_ROUTINE steps."""
+    h = Harness(draft_max=0)
+    checks = checks_by_decode(monkeypatch, h)
     job, events = h.submit("x", max_tokens=50)
-    h.step(3)
-    job.lead.n_past += 1  # bookkeeping now disagrees with the KV cache
+    until_generating(h, job)
+    h.scheduler.reserved += 1
     with pytest.raises(InvariantError):
         h.scheduler.check_invariants()
-    h.step()
+    del checks[:]
+    for _ in range(stepper_module.CHECK_EVERY_ROUTINE):
+        h.step()
+        if checks:
+            break
+    assert len(checks) == 1
     assert isinstance(events[-1], EngineRestarted) and h.engine.stats().engine_restarts == 1
+
+
+def test_routine_steps_check_the_invariants_once_in_a_few_and_other_steps_every_time(
+    monkeypatch,
+):
+    """A stream's steps that only add its next token check the invariants once in
+    CHECK_EVERY_ROUTINE; a step that takes in, admits, cancels or ends a job, decodes a
+    prompt or cuts a draft checks them after its decode (and before it when a job came in)."""
+    every = stepper_module.CHECK_EVERY_ROUTINE
+    h = Harness(draft_max=0)
+    checks = checks_by_decode(monkeypatch, h)
+    job, _ = h.submit("a prompt", max_tokens=200)
+    h.step()
+    assert checks == [0, 1]  # taken in: before and after the decode
+    until_generating(h, job)
+    assert checks[-1] == len(h.backend.decodes)  # the prompt's steps all checked
+    del checks[:]
+    start = len(h.backend.decodes)
+    h.step(3 * every)
+    assert checks == [start + every, start + 2 * every, start + 3 * every]
+    short, _ = h.submit("b", max_tokens=3)
+    h.step()
+    decodes = len(h.backend.decodes)
+    assert checks[-2:] == [decodes - 1, decodes]
+    while short.state is not JobState.DONE:
+        h.step()
+    assert checks[-1] == len(h.backend.decodes)  # the step it ended in
+    h.engine.cancel(job)
+    h.step()
+    assert h.scheduler.live_jobs() == [] and checks[-1] == len(h.backend.decodes)
+    h.assert_clean()
 
 
 # ---- preparation ----------------------------------------------------------------------------

@@ -18,7 +18,14 @@ from edgeserve.engine.step_cost import StepCost
 from edgeserve.engine.types import Finished, GrammarSpec, TokenLogprob
 from tests.unit.fake_backend import EOS, FIRST_LETTER, SPACE, VOCAB, history_logits
 from tests.unit.test_draft_lengths import CPU_MS
-from tests.unit.test_engine_fake_backend import NO_EOS, Harness, UnmeasuredCost, answers, finishes
+from tests.unit.test_engine_fake_backend import (
+    NO_EOS,
+    Harness,
+    UnmeasuredCost,
+    answers,
+    checks_by_decode,
+    finishes,
+)
 
 REPEATING = "abcd efgh abcd efgh abcd efgh abcd"
 CHEAP = 0.3  # a drafted token pays when kept 30% of the time (a row costs 30% of a step)
@@ -409,3 +416,18 @@ def test_on_the_cpu_sampled_answers_keep_their_pace(monkeypatch):
         events, h = run(REPEATING, 8, seed=7, **sampled)
         assert h.engine.stats().draft_tokens == 0
         assert answers(events) == answers(run(REPEATING, 0, seed=7, **sampled)[0])
+
+
+def test_every_step_with_a_draft_checks_the_invariants(monkeypatch):
+    """A drafted step keeps or cuts cells as its tokens verify: it is never a routine step
+    (stepper.py), whose invariant check runs only once in a few."""
+    monkeypatch.setattr(NgramIndex, "continuation", oracle(1))
+    h = Harness(draft_max=8)
+    checks = checks_by_decode(monkeypatch, h)
+    h.submit(REPEATING, max_tokens=40)
+    h.run_until_idle()
+    drafted = [
+        i + 1 for i, batch in enumerate(h.backend.decodes) if sum(row[3] for row in batch) > 1
+    ]
+    assert len(drafted) > 5 and set(drafted) <= set(checks)
+    h.assert_clean()
