@@ -1,7 +1,8 @@
 """pages.release_cleared: the pages of a zeroed host buffer (a new context's KV cache) are
 handed back and it still reads zeros; nothing else is touched. pages.find_scratch and
 ScratchBuffer: a new context's compute buffer is told from its KV caches, and its pages go
-while idle unless it may have moved. Real glibc buffers, real madvise and mincore (Linux
+while idle unless it may have moved. pages.state_buffer: mapped in whole before it is
+written. Real glibc buffers, real madvise and mincore (Linux
 only)."""
 
 from __future__ import annotations
@@ -149,3 +150,18 @@ def _moved_compute_buffer_left_alone(buffers: list[int]) -> None:
     assert pages.resident(address, SIZE) >= SIZE // PAGE - 1
     LIBC.free(ctypes.c_void_p(buffers.pop()))
     assert not replace(scratch, reserves=reserves).discard(), "unmapped"
+
+
+@pytest.mark.parametrize("size", [1, PAGE, 300 * PAGE + 17])
+def test_a_state_buffer_is_mapped_in_whole_before_llama_cpp_writes_it(size):
+    """A state buffer's pages are all resident as it is made (one call maps them, instead of
+    a fault for each page as llama.cpp writes its state), it reads zeros, and it takes
+    exactly `size` bytes, through ctypes and through the buffer protocol alike."""
+    buffer = pages.state_buffer(size)
+    address = ctypes.addressof(buffer)
+    assert address % PAGE == 0
+    assert pages.resident(address, size) == size // PAGE
+    assert ctypes.sizeof(buffer) == memoryview(buffer).nbytes == size
+    assert bytes(buffer) == bytes(size)
+    buffer[size - 1] = 255
+    assert bytes(buffer)[-1] == 255

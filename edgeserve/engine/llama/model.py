@@ -29,6 +29,7 @@ from edgeserve.engine.llama.pages import (
     ScratchBuffer,
     map_large_allocations,
     new_context,
+    state_buffer,
     trim_heap,
 )
 from edgeserve.engine.llama.vocab import Vocabulary
@@ -305,7 +306,7 @@ class LoadedModel(Vocabulary):
         through: llama.cpp would size every sliding cache one window larger for it, and every
         sliding layer's attention spans the whole cache once it has wrapped around.)"""
         size = lc.llama_state_seq_get_size_ext(self.ctx, seq, _WINDOW_ONLY)
-        state = (ctypes.c_uint8 * size)()
+        state = state_buffer(size)
         written = lc.llama_state_seq_get_data_ext(self.ctx, state, size, seq, _WINDOW_ONLY)
         return state if written == size > 0 else None
 
@@ -322,7 +323,7 @@ class LoadedModel(Vocabulary):
         size = lc.llama_state_seq_get_size(self.ctx, seq)
         if size <= 0:
             return None
-        state = (ctypes.c_uint8 * size)()
+        state = state_buffer(size)
         written = lc.llama_state_seq_get_data(self.ctx, state, size, seq)
         return (state, size) if written == size else None
 
