@@ -136,3 +136,19 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.write_sep(
         "=", f"{SKIP_TOOLS}=1: {len(skipped)} tests skipped for a missing program", yellow=True
     )
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start building the bundle in the background when a collected test needs it
+    (tests/deploy/bundle_build.py): it then runs beside the tests before it."""
+    if any(item.nodeid.startswith("tests/deploy/test_bundle.py") for item in session.items):
+        from tests.deploy.bundle_build import BUILD
+
+        BUILD.start()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """End a bundle build the session no longer waits for."""
+    from tests.deploy.bundle_build import BUILD
+
+    BUILD.stop()

@@ -1,10 +1,11 @@
 """The `make dist` bundle, driven over HTTP from an empty environment.
 
-The bundle is built once (deploy/bundle.py: a minute or two) and reused while edgeserve's
-sources and the venv's packages are unchanged. One bundle process serves the whole module: it
-runs with only PATH set, the model found in `$EDGESERVE_HOME/models` (the installed default
-model's cache), a flag (`--api-key`) and environment settings (`API_MODEL_NAME`,
-`EDGESERVE_LOG_FORMAT`), and a notify socket standing in for systemd.
+The bundle is built once (deploy/bundle.py, ~35 s, started in the background as soon as the
+session is collected: bundle_build.py) and reused while edgeserve's sources and the venv's
+packages are unchanged. One bundle process serves the whole module: it runs with only PATH
+set, the model found in `$EDGESERVE_HOME/models` (the installed default model's cache), a flag
+(`--api-key`) and environment settings (`API_MODEL_NAME`, `EDGESERVE_LOG_FORMAT`), and a
+notify socket standing in for systemd.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import json
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -28,6 +28,7 @@ import pytest
 
 from edgeserve import __version__
 from edgeserve.default_model import FILE
+from tests.deploy.bundle_build import BUILD
 from tests.deploy.test_systemd import REPO, needs_analyze, parse_unit, run_make, verify
 from tests.integration.sse_client import parse_events, stream_text
 from tests.integration.test_server_process import free_port
@@ -41,14 +42,8 @@ def bundle() -> Path:
     """dist/edgeserve/edgeserve, built now unless the one there is up to date."""
     if importlib.util.find_spec("PyInstaller") is None:
         raise RuntimeError("PyInstaller is missing: run `make test` (the test extra has it)")
-    done = subprocess.run(
-        [sys.executable, "deploy/bundle.py", "build"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    code, output = BUILD.finished()  # started as the session was collected (conftest.py)
+    assert code == 0, output
     executable = REPO / "dist" / "edgeserve" / "edgeserve"
     assert executable.is_file()
     return executable
