@@ -138,7 +138,7 @@ class Stepper:
             broken, decoded = self.generating.run_media(plan), True
         elif plan is not None:
             broken, decoded = self.generating.run(plan), True
-        live = (len(scheduler.waiting), len(scheduler.active), len(scheduler.scoring))
+        live = self._live_counts()
         shape = (*live, scheduler.cuts)
         routine = isinstance(plan, GenerationPlan) and plan.routine and shape == self._shape
         self._shape = shape
@@ -147,7 +147,7 @@ class Stepper:
         clock.lap("plan")
         if broken is not None:
             self.restart(broken)
-            live = (len(scheduler.waiting), len(scheduler.active), len(scheduler.scoring))
+            live = self._live_counts()
         self.inbox.set_queued(len(scheduler.waiting))
         now = clock.now()
         if live != self._live or not self.has_work() or now >= self._due:
@@ -185,6 +185,11 @@ class Stepper:
         self.adapters.remove(name)
         self.state.backend.free_adapter(adapter.id)
         return adapter
+
+    def _live_counts(self) -> tuple[int, int, int]:
+        """How many jobs wait, run and score."""
+        scheduler = self.state.scheduler
+        return len(scheduler.waiting), len(scheduler.active), len(scheduler.scoring)
 
     def _check_due(self, routine: bool) -> bool:
         """Whether this step checks the invariants after its decode: any step but a routine
