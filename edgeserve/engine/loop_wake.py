@@ -14,7 +14,6 @@ proactor loop), the loop's own `call_soon_threadsafe` is used.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ctypes
 import errno
 import logging
@@ -26,9 +25,6 @@ from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("edgeserve.engine")
-
-PIPE_READ = 4096
-"""Bytes a wake-up reads from its pipe at once (each call from another thread writes one)."""
 
 
 def _write_holding_gil() -> Callable[[int, bytes, int], int] | None:
@@ -86,12 +82,12 @@ class LoopWake:
                     raise RuntimeError(f"the event loop's wake-up failed: {os.strerror(code)}")
 
     def _run(self) -> None:
-        """On the loop: empty the pipe, then run every call queued so far. A read that
-        returns less than it asked for has emptied the pipe: one read a wake-up, where
-        reading until the pipe refused cost a second read and its exception every token."""
-        with contextlib.suppress(BlockingIOError):
-            while len(os.read(self._read_fd, PIPE_READ)) == PIPE_READ:
+        """On the loop: empty the pipe, then run every call queued so far."""
+        try:
+            while os.read(self._read_fd, 4096):
                 pass
+        except BlockingIOError:
+            pass
         calls = self._calls
         while calls:
             callback, args = calls.popleft()

@@ -114,31 +114,3 @@ def test_a_loop_without_add_reader_is_woken_its_own_way(monkeypatch: pytest.Monk
         assert loop not in loop_wake._WAKES
     finally:
         loop.close()
-
-
-def test_a_wake_up_reads_its_pipe_once_unless_a_read_comes_back_full(
-    monkeypatch: pytest.MonkeyPatch,
-):
-    loop = asyncio.new_event_loop()
-    try:
-        wake = wake_for(loop)
-        assert isinstance(wake, LoopWake)
-        reads: list[int] = []  # the bytes each read returned (-1: it raised)
-        read = os.read
-
-        def counted(fd: int, size: int) -> bytes:
-            reads.append(-1)
-            reads[-1] = len(data := read(fd, size))
-            return data
-
-        monkeypatch.setattr(loop_wake.os, "read", counted)
-        for pending in (1, 3, loop_wake.PIPE_READ + 5):
-            os.write(wake._write_fd, b"\0" * pending)
-            reads.clear()
-            wake._run()
-            assert -1 not in reads and sum(reads) == pending
-            assert len(reads) == 1 + pending // loop_wake.PIPE_READ
-            with pytest.raises(BlockingIOError):
-                os.read(wake._read_fd, 1)
-    finally:
-        loop.close()
