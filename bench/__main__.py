@@ -76,6 +76,7 @@ from bench.anchors import (
     physical_cores,
 )
 from bench.models import MODEL_CACHE, SMOLLM2, ModelInfo, read_model, second_model
+from bench.turns import rotated
 
 MIB = 1024 * 1024
 T = TypeVar("T")
@@ -450,8 +451,7 @@ class Bench:
             if r == a.rounds - 1:  # memory, too, is read from the last round's processes
                 idle_cpu = await idle_cpu_pct(running)
             entries = [*running, *bench_turn]
-            shift = (r + index) % len(entries)
-            order = entries[shift:] + entries[:shift]
+            order = rotated(entries, r + index)
             if c == 1:  # one stream: the servers take turns request by request
                 await self.in_turns(running, model, [e for e in order if e is not None], r)
                 order = [None] if None in order else []
@@ -670,8 +670,7 @@ class Bench:
         pairs: dict[str, list[tuple[load.Stream, load.Stream]]] = {s.kind: [] for s in running}
         print(f"  multi-turn: {a.conversations} two-turn chats per server ...", flush=True)
         for conv in range(a.conversations):
-            shift = conv % len(running)
-            for server in running[shift:] + running[:shift]:
+            for server in rotated(running, conv):
                 await self.wait_quiet(running)
                 pair = await load.two_turns(
                     server.url, server.kind, conv, 4 * a.prompt_words, a.tokens, self.eog
@@ -733,8 +732,7 @@ class Bench:
             words = [long_prompt.words_for(size, per_word) for size in sizes]
             for which, (size, n) in enumerate(zip(sizes, words, strict=True)):
                 index = long_prompt.prompt_index(rnd, which)
-                shift = (rnd + which) % len(running)
-                for server in running[shift:] + running[:shift]:
+                for server in rotated(running, rnd + which):
                     label = f"{model.tag}long prompt {server.kind} ~{size}#{rnd}"
                     call = long_prompt.first_token(server.url, server.kind, index, n, eog)
                     got = await self.quiet_call(running, label, call)
@@ -1056,7 +1054,7 @@ class Bench:
                 servers, kinds, several_models.PARALLEL, extra, warm_up, unsupported
             )
             for rnd in range(a.rounds if running else 0):
-                for server in running[rnd % len(running) :] + running[: rnd % len(running)]:
+                for server in rotated(running, rnd):
                     attempt = self.models_run(server, eog, rnd)
                     noise, data = await self.quietest(running, attempt)
                     if noise > 0.2:
@@ -1066,8 +1064,7 @@ class Bench:
             loaded = {server.kind: await models_memory(server, paths) for server in running}
             for rnd in range(a.rounds if running else 0):
                 for which, model_id in enumerate(several_models.switch_order(list(paths), rnd)):
-                    shift = (rnd + which) % len(running)
-                    for server in running[shift:] + running[:shift]:
+                    for server in rotated(running, rnd + which):
                         got = await self.cold_switch(running, server, model_id, eog, rnd, which)
                         result["cold"].append(got)
             for server in running:

@@ -32,6 +32,7 @@ from typing import Any
 from bench import load, long_prompt
 from bench.anchors import EDGESERVES, LLAMA_SERVER, Server, Servers, Setup, ctx_args
 from bench.images import lacks_flag, start_failure
+from bench.turns import rotated
 
 # The servers this workload runs (in the bench's order).
 KINDS = (*EDGESERVES, LLAMA_SERVER)
@@ -166,8 +167,7 @@ class Workload:
         done: dict[str, list[load.Stream]] = {s.kind: [] for s in running}
         for doc in range(self.count):
             text = prompt(doc, self.words, which)
-            shift = doc % len(running)
-            for server in running[shift:] + running[:shift]:
+            for server in rotated(running, doc):
                 body = load.chat_body(server.kind, [{"role": "user", "content": text}],
                                       GEN_TOKENS, self.eog_ids)  # fmt: skip
                 label = f"documents {server.kind} {which} #{doc}"

@@ -19,6 +19,7 @@ import aiohttp
 import numpy as np
 
 from bench.scoring import make_texts
+from bench.turns import rotated
 
 LLAMA_SERVER_ARGS = ("--embeddings", "--pooling", "mean")
 
@@ -47,8 +48,7 @@ async def compare(pair: list[tuple[str, str]], count: int, words: int, rounds: i
     for _kind, url in pair:
         await embed(url, texts[:2])
     for rnd in range(rounds):
-        order = pair[rnd % len(pair) :] + pair[: rnd % len(pair)]
-        for kind, url in order:
+        for kind, url in rotated(pair, rnd):
             vectors[kind], elapsed = await embed(url, texts)
             seconds[kind].append(elapsed)
     result: dict[str, Any] = {"texts": count, "words_per_text": words, "rounds": rounds}

@@ -23,6 +23,7 @@ from typing import Any
 import aiohttp
 
 from bench.anchors import LLAMA_SERVER
+from bench.turns import rotated
 
 PASSAGE_HARBOUR = (
     "The lighthouse at the end of the harbour was built in 1852 from granite quarried on the "
@@ -131,8 +132,7 @@ async def level(servers: list[tuple[str, str]], concurrency: int, rounds: int) -
         for _kind, url in servers:
             await stream(http, url, PROMPTS[0][:200])
         for rnd in range(rounds):
-            shift = rnd % len(servers)
-            for kind, url in servers[shift:] + servers[:shift]:
+            for kind, url in rotated(servers, rnd):
                 if concurrency == 1:
                     done = [await stream(http, url, p) for p in PROMPTS]
                     rates[kind].append([rate(d) for d in done])

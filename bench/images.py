@@ -34,6 +34,7 @@ from typing import Any
 
 from bench import load
 from bench.anchors import EDGESERVE, EDGESERVES, LLAMA_SERVER, Setup, server_env
+from bench.turns import rotated
 
 WIDTH, HEIGHT = 640, 480
 # The photo sent beside a running text stream: a camera's size, decoded and encoded by the
@@ -219,8 +220,7 @@ async def compare(
     async with load.session() as http:
         for rnd in range(requests):
             body_messages = messages(data_url(png_bytes(width, height, rnd)))
-            shift = rnd % len(pair)
-            for kind, url in pair[shift:] + pair[:shift]:
+            for kind, url in rotated(pair, rnd):
                 body = load.chat_body(kind, body_messages, max_tokens, eog_ids)
                 cold[kind].append(await load.stream_chat(http, url, body))
                 repeated[kind].append(await load.stream_chat(http, url, body))

@@ -23,6 +23,7 @@ import aiohttp
 
 from bench.anchors import LLAMA_SERVER, Server, Servers
 from bench.engine_clock import EngineClocks
+from bench.turns import rotated
 
 TIMEOUT = aiohttp.ClientTimeout(total=900, sock_read=300)
 
@@ -303,8 +304,7 @@ async def run_in_turns(
         clocks = EngineClocks(http, [(s.kind, s.url) for s in servers])
         await clocks.start()
         for r in range(requests):
-            shift = r % len(servers)
-            for server in [*servers[shift:], *servers[:shift]]:
+            for server in rotated(servers, r):
                 body = shape.body(server.kind, 1, r, 0)
                 cpu, started = server.cpu(), time.perf_counter()
                 streams[server.kind].append(await stream_chat(http, server.url, body))

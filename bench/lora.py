@@ -50,6 +50,7 @@ import aiohttp
 from bench import load
 from bench.anchors import EDGESERVE, EDGESERVES, LLAMA_SERVER, Setup
 from bench.images import lacks_flag
+from bench.turns import rotated
 
 T = TypeVar("T")
 PARALLEL = 6
@@ -129,9 +130,8 @@ def turns(servers: Sequence[T], rnd: int) -> list[tuple[T, str]]:
     the two goes first alternating each round."""
     if not servers:
         return []
-    shift = rnd % len(servers)
     modes = MODES if rnd % 2 == 0 else MODES[::-1]
-    return [(server, mode) for server in [*servers[shift:], *servers[:shift]] for mode in modes]
+    return [(server, mode) for server in rotated(servers, rnd) for mode in modes]
 
 
 def lora_field(set_name: str) -> list[dict[str, Any]]:

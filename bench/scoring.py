@@ -20,6 +20,8 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from bench.turns import rotated
+
 # Passes each server makes over the texts, the servers taking turns (the first rotating): a
 # server's texts/s is its median pass. One pass each, edgeserve always first, once read two
 # releases 19% apart where 8 alternated requests put them within 8%.
@@ -113,8 +115,7 @@ async def scored_in_turns(
     scores: dict[str, list[list[float]]] = {kind: [] for kind, _ in servers}
     seconds: dict[str, list[float]] = {kind: [] for kind, _ in servers}
     for turn in range(passes):
-        shift = turn % len(servers)
-        for kind, url in [*servers[shift:], *servers[:shift]]:
+        for kind, url in rotated(servers, turn):
             got, took = await score(url, texts)
             scores[kind].append(got)
             seconds[kind].append(took)

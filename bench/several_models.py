@@ -47,6 +47,7 @@ import aiohttp
 from bench import load, lora
 from bench.anchors import EDGESERVES, LLAMA_SERVER, Server, Setup, process_tree
 from bench.images import lacks_flag
+from bench.turns import rotated
 
 # The servers this workload runs (in the bench's order).
 KINDS = (*EDGESERVES, LLAMA_SERVER)
@@ -147,8 +148,7 @@ def estimates(listing: Mapping[str, Any]) -> dict[str, int]:
 
 def switch_order(ids: Sequence[str], rnd: int) -> list[str]:
     """The models of round `rnd`'s cold switches: each once, which first alternating."""
-    shift = rnd % len(ids) if ids else 0
-    return [*ids[shift:], *ids[:shift]]
+    return rotated(ids, rnd)
 
 
 def alternating_index(rnd: int, request: int, worker: int, attempt: int = 0) -> int:

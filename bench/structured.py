@@ -24,6 +24,7 @@ import aiohttp
 import numpy as np
 
 from bench.anchors import LLAMA_SERVER
+from bench.turns import rotated
 
 SCHEMA = {
     "type": "object",
@@ -114,8 +115,7 @@ async def compare(servers: list[tuple[str, str]], requests: int, max_tokens: int
         for kind, url in servers:
             await one(http, url, body(kind, 4))
         for index in range(requests):
-            shift = index % len(servers)
-            for kind, url in servers[shift:] + servers[:shift]:
+            for kind, url in rotated(servers, index):
                 answers[kind].append(await one(http, url, body(kind, max_tokens)))
     out = {}
     for kind, done in answers.items():
