@@ -17,7 +17,6 @@ from edgeserve.config.values import (
     CORS_REFERENCE,
     DEFAULT_HOST,
     DEFAULT_MODEL_FILE,
-    EVENT_LOOPS,
     FLASH_ATTN_MODES,
     KV_CACHE_TYPES,
     LOG_FORMATS,
@@ -433,13 +432,6 @@ class Settings:
         '"message" that OpenAI SDKs print',
         "BOOL",
         kind="switch",
-    )
-    event_loop: str = _setting(
-        "auto",
-        values.event_loop,
-        "the HTTP side's event loop: uvloop (libuv; fewer microseconds a streamed token), "
-        "asyncio's own, or auto: uvloop where it is installed (Linux and macOS), else asyncio's",
-        "|".join(EVENT_LOOPS),
     )
     log_format: str = _setting(
         "text", values.choice(LOG_FORMATS), "log format", "|".join(LOG_FORMATS)

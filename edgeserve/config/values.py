@@ -7,7 +7,6 @@ that completes "invalid --port: 'abc' ...".
 
 from __future__ import annotations
 
-import importlib.util
 import ipaddress
 import math
 import os
@@ -22,7 +21,6 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMATS = ("text", "json")
 KV_CACHE_TYPES = ("f16", "q8_0", "q4_0")
 FLASH_ATTN_MODES = ("auto", "on", "off")
-EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 DEFAULT_HOST = "127.0.0.1"
 # --cors-origins words (besides origins) and the --allowed-hosts wildcard
 CORS_LOCAL = "local"
@@ -106,14 +104,6 @@ def flash_attn_mode(raw: object) -> str:
         raise ValueError(
             f"is not one of {', '.join(FLASH_ATTN_MODES)} (or a boolean: true/false, 1/0, yes/no)"
         ) from None
-
-
-def event_loop(raw: object) -> str:
-    """One of EVENT_LOOPS; "uvloop" only where uvloop is installed."""
-    value = choice(EVENT_LOOPS)(raw)
-    if value == "uvloop" and importlib.util.find_spec("uvloop") is None:
-        raise ValueError("needs uvloop, which is not installed (pip install uvloop)")
-    return value
 
 
 def text(raw: object) -> str:

@@ -29,7 +29,6 @@ from edgeserve.config.values import default_models_budget
 from edgeserve.engine.client import EngineClient
 from edgeserve.engine.worker import Engine
 from edgeserve.http.app import create_app
-from edgeserve.http.event_loop import loop_factory, loop_name
 from edgeserve.log import ROOT
 
 log = logging.getLogger(ROOT)
@@ -38,8 +37,7 @@ log = logging.getLogger(ROOT)
 def serve(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> int:
     """Serve (HTTPS with `ssl_context`) until SIGTERM/SIGINT; return the process exit code
     (2 when the model fails)."""
-    with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
-        return runner.run(_serve(settings, ssl_context=ssl_context))
+    return asyncio.run(_serve(settings, ssl_context=ssl_context))
 
 
 async def _watchdog(interval: float, engine: Engine | Fleet, stall_s: float) -> None:
@@ -180,12 +178,7 @@ async def _listen(
         return None
     scheme = "https" if ssl_context else "http"
     log.info(
-        "listening on %s://%s:%d (event loop: %s; loading %s)",
-        scheme,
-        settings.host,
-        settings.port,
-        loop_name(asyncio.get_running_loop()),
-        settings.model,
+        "listening on %s://%s:%d (loading %s)", scheme, settings.host, settings.port, settings.model
     )
     return runner
 

@@ -209,9 +209,7 @@ def test_sigterm_drains_and_exits_zero_with_json_logs(served):
     # EDGESERVE_LOG_FORMAT=json: edgeserve's records are JSON lines (llama.cpp may add its own)
     assert " INFO edgeserve" not in err
     records = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
-    listening = [r["msg"] for r in records if r["msg"].startswith("listening on http://127.0.0.1:")]
-    assert listening, err
-    assert "(event loop: uvloop;" in listening[0], "the bundle carries uvloop"
+    assert any(r["msg"].startswith("listening on http://127.0.0.1:") for r in records), err
 
 
 def test_version_and_no_model(bundle, tmp_path):

@@ -107,7 +107,6 @@ def test_defaults(model):
         root_path="",
         no_webui=False,
         reference_errors=False,
-        event_loop="auto",
         log_format="text",
         log_level="info",
         log_prompts=False,
@@ -140,13 +139,6 @@ PRECEDENCE = [
         ("EDGESERVE_FLASH_ATTN", "off"),
         "flash_attn = true",
         ("on", "off", "on", "auto"),
-    ),
-    (
-        "event_loop",
-        ["--event-loop", "asyncio"],
-        ("EDGESERVE_EVENT_LOOP", "uvloop"),
-        'event-loop = "ASYNCIO"',
-        ("asyncio", "uvloop", "asyncio", "auto"),
     ),
     (
         "model_name",
