@@ -37,9 +37,13 @@ CHAT = "/v1/chat/completions"
 # (With flash attention on, the CPU build's default, the earlier "Translate to French: Good
 # morning, how are you?" and "What is the capital of France?" have near-ties after COPY, as do
 # the other short prompts tried; margins also move with what the cache held before.)
+# Margins also differ between CPUs (this Italian prompt's least is 0.34 nats on a 2-core
+# AVX-512 Xeon, the German one's 0.44), so the test takes every candidate without a near-tie on
+# the machine it runs on, and needs COPY and at least one other.
 PROMPTS = [
     COPY,
     "Translate to Italian: Thank you very much.",
+    "Translate to German: Good night.",
 ]
 # The least margin (nats) between an answer token and the runner-up for a prompt to be a fair
 # test of exactness on the CPU build (see the module docstring).
@@ -99,15 +103,24 @@ async def answer(client, prompt: str) -> str:
     return (await resp.json())["choices"][0]["message"]["content"]
 
 
-async def answer_without_near_ties(client, prompt: str) -> str:
-    """The answer, checked to have no near-tie between its tokens and their runners-up."""
-    resp = await client.post(CHAT, json=chat(prompt, logprobs=True, top_logprobs=2))
-    assert resp.status == 200, await resp.text()
-    choice = (await resp.json())["choices"][0]
-    for entry in choice["logprobs"]["content"]:
-        best, second = entry["top_logprobs"]
-        assert best["logprob"] - second["logprob"] > NEAR_TIE, (prompt, entry)
-    return choice["message"]["content"]
+async def answers_without_near_ties(client) -> dict[str, str]:
+    """The answers to those of PROMPTS that have no near-tie between an answer token and its
+    runner-up here (the others are left out, saying so): COPY and at least one more."""
+    fair = {}
+    for prompt in PROMPTS:
+        resp = await client.post(CHAT, json=chat(prompt, logprobs=True, top_logprobs=2))
+        assert resp.status == 200, await resp.text()
+        choice = (await resp.json())["choices"][0]
+        margin = min(
+            best["logprob"] - second["logprob"]
+            for best, second in (entry["top_logprobs"] for entry in choice["logprobs"]["content"])
+        )
+        if margin > NEAR_TIE:
+            fair[prompt] = choice["message"]["content"]
+        else:
+            print(f"left out {prompt[:40]!r}: a near-tie of {margin:.3f} nats on this machine")
+    assert COPY in fair and len(fair) >= 2, f"too few prompts without a near-tie: {list(fair)}"
+    return fair
 
 
 async def streamed_answer(client, prompt: str) -> str:
@@ -123,8 +136,7 @@ async def test_greedy_answers_are_those_without_a_draft_model(
 ):
     caplog.set_level(logging.WARNING, logger="edgeserve.engine")
     before = drafts(draft_engine)
-    for prompt in PROMPTS:
-        expected = await answer_without_near_ties(plain_client, prompt)
+    for prompt, expected in (await answers_without_near_ties(plain_client)).items():
         assert await answer(draft_client, prompt) == expected, prompt
         assert await streamed_answer(draft_client, prompt) == expected, prompt
     drafted, accepted = (now - then for now, then in zip(drafts(draft_engine), before, strict=True))
