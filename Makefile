@@ -153,7 +153,8 @@ $(VENV)/.llama-$(BACKEND)-$(LLAMA_KEY): $(LLAMA_WHEELS)/.built
 	rm -f $(VENV)/.llama-* && touch $@
 	printf 'BACKEND ?= %s\nCUDA_ARCH ?= %s\n' '$(BACKEND)' '$(CUDA_ARCH)' > $(VENV)/.backend.mk
 
-$(VENV)/.installed: pyproject.toml $(VENV)/.llama-$(BACKEND)-$(LLAMA_KEY)
+# setup.py and the C source: the compiled draw (edgeserve/engine/rowdraw.c) is built here.
+$(VENV)/.installed: pyproject.toml setup.py edgeserve/engine/rowdraw.c $(VENV)/.llama-$(BACKEND)-$(LLAMA_KEY)
 	$(PIP) install -q -e .
 	touch $@
 

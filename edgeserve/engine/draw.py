@@ -1,15 +1,18 @@
-"""Exact sampling from one logit row in numpy, for sequences without top-k/top-p/min-p.
+"""Exact sampling from one logit row, for sequences without top-k/top-p/min-p.
 
 llama.cpp's sampler chain copies the whole row into a candidate array on every token and its
 penalties, temperature and dist samplers each pass over all of it: ~3.4 ms a token on Gemma's
 262,144-entry vocabulary, ~6.3 ms with penalties. `RowSampler` draws from the same
-distribution (logit bias → penalties → temperature → softmax) in a few hundred microseconds:
+distribution (logit bias → penalties → temperature → softmax) in 50-200 µs on 2 cores:
 
-- logit bias and penalties change only their own few ids, on a copy of the row;
-- the tokens within HEAD_GAP (in units of logit/T) of the best are found in one comparison;
-  their weights are summed in blocks of BLOCK, and a uniform finds its block among the
-  blocks' running sums, then its token among that block's (a running sum over the whole head,
-  thousands of tokens on a 49k vocabulary, was most of a draw's time);
+- logit bias and penalties change only their own few ids of the row, and are undone after;
+- the tokens within HEAD_GAP (in units of logit/T) of the best are the head. A small
+  model's head is nearly its whole vocabulary (SmolLM2 at T = 0.7, deep into a sampled
+  answer: 48k of 49k tokens), so the compiled draw (rowdraw.c) weighs every token in one
+  pass, sixteen at a time, each block of them against the best logit seen so far, and sums
+  the blocks, skipping a block with no token in the head: ~70 µs a token on such rows on 2
+  cores where numpy took ~180 to find, gather and weigh the head (Gemma: ~190 against ~260).
+  A uniform finds its block among the blocks' running sums, then its token in that block;
 - every other token weighs under e^-HEAD_GAP of the best, so the rest of the vocabulary is
   covered by an envelope of (count · e^-HEAD_GAP). A uniform that lands there (at most
   262,144 · e^-20 ≈ 5e-4 of the time) computes the tail's exact weights and picks among them
@@ -26,6 +29,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from edgeserve.engine._rowdraw import draw
 from edgeserve.engine.types import SamplingParams
 
 T = TypeVar("T")
@@ -34,14 +38,11 @@ PENALTY_LAST_N = 64
 """How many of the latest generated tokens the penalties count (llama.cpp's `penalty_last_n`)."""
 HEAD_GAP = 20.0
 """Tokens more than this many units of logit/T below the best are drawn through the envelope."""
-BLOCK = 128
-"""Head weights per block: a draw sums blocks, then runs a sum over one block only."""
-
-# The reductions a draw makes, called as ufuncs: `ndarray.max` and `sum` reach the same ones
-# through two layers of Python wrappers, and a wrapper's lines cost several microseconds each
-# on a thread whose caches the decode before it has just flushed.
-_max = np.maximum.reduce
-_sum = np.add.reduce
+TEMPERATURES = (1e-30, 1e30)
+"""The temperatures a draw works with (the API takes any that is not negative)."""
+DRAW_BLOCK = 64
+"""Logits per block of the compiled draw (rowdraw.c's BLOCK): its scratch holds a sum and a
+reference logit for each."""
 
 
 class Penalties:
@@ -95,11 +96,13 @@ class RowSampler:
         self._bias_ids = np.fromiter(bias.keys(), dtype=np.int64, count=len(bias))
         self._bias_values = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
         self.penalties = Penalties(params)
-        self.greedy = params.greedy
-        self.temperature = params.temperature
+        # Past TEMPERATURES float32 cannot tell a temperature from its limit: arg-max below,
+        # every token alike above.
+        self.greedy = params.greedy or params.temperature < TEMPERATURES[0]
+        self.temperature = min(params.temperature, TEMPERATURES[1])
         self._rng = rng
-        self._inside = np.empty(0, dtype=bool)
-        self._blocks = np.zeros(0, dtype=np.float32)
+        self._inside = np.empty(n_vocab, dtype=bool)
+        self._scratch = np.empty(2 * -(-n_vocab // DRAW_BLOCK), dtype=np.float64)  # draw's
 
     @staticmethod
     def handles(params: SamplingParams) -> bool:
@@ -155,24 +158,20 @@ class RowSampler:
 
     def _draw(self, logits: np.ndarray) -> int:
         """A token with probability softmax(logits / T), by the head and its envelope."""
-        best, inside, head = self._head(logits)
-        blocks = self._head_blocks(logits[head], best)
-        sums = _sum(blocks, axis=1, dtype=np.float64).cumsum()
-        mass = float(sums[-1])
-        envelope = (logits.size - head.size) * math.exp(-HEAD_GAP)
-        u = self._rng.random() * (mass + envelope)
-        if u < mass or head.size == logits.size:
-            return int(head[_find_in_blocks(blocks, sums, u)])
-        return self._beyond_head(logits, best, inside, u - mass)
+        u = self._rng.random()
+        return draw(logits, self.temperature, HEAD_GAP, u, self._rng.random, self._scratch)
 
     def _draws(self, logits: np.ndarray, k: int) -> np.ndarray:
         """`k` draws as `_draw` makes one: the head's running sum is worked out once and every
         uniform searched in it; one that lands in the envelope goes on as in `_draw`."""
         if self.greedy:
             return np.full(k, int(logits.argmax()), dtype=np.int64)
-        best, inside, head = self._head(logits)
-        weights = self._head_blocks(logits[head], best).reshape(-1)[: head.size]
-        cumulative = np.cumsum(weights, dtype=np.float64)
+        best = float(logits.max())
+        threshold = np.float32(best - HEAD_GAP * self.temperature)
+        inside = np.greater_equal(logits, threshold, out=self._inside)
+        head = inside.nonzero()[0]
+        weights = (logits[head] - np.float32(best)) / np.float32(self.temperature)
+        cumulative = np.cumsum(np.exp(weights), dtype=np.float64)
         mass = float(cumulative[-1])
         envelope = (logits.size - head.size) * math.exp(-HEAD_GAP)
         u = self._rng.random(k) * (mass + envelope)
@@ -181,15 +180,6 @@ class RowSampler:
             for i in np.flatnonzero(u >= mass):
                 drawn[i] = self._beyond_head(logits, best, inside, float(u[i]) - mass)
         return drawn
-
-    def _head(self, logits: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-        """(the best logit, which tokens are within HEAD_GAP of it, their ids): the head."""
-        best = float(_max(logits))
-        if self._inside.size != logits.size:
-            self._inside = np.empty(logits.size, dtype=bool)
-            self._blocks = np.zeros(-(-logits.size // BLOCK) * BLOCK, dtype=np.float32)
-        inside = np.greater_equal(logits, best - HEAD_GAP * self.temperature, out=self._inside)
-        return best, inside, inside.nonzero()[0]
 
     def _beyond_head(self, logits: np.ndarray, best: float, inside: np.ndarray, v: float) -> int:
         """A draw whose uniform landed `v` into the envelope past the head (`inside`): the
@@ -202,37 +192,12 @@ class RowSampler:
         cumulative = np.cumsum(self._weights(logits, best))
         return _find(cumulative, self._rng.random() * float(cumulative[-1]))
 
-    def _head_blocks(self, logits: np.ndarray, best: float) -> np.ndarray:
-        """exp((logit - best) / T) of the head's logits in float32 (each within HEAD_GAP of
-        0 before exp), as rows of BLOCK, the last padded with zero weights."""
-        size = logits.size
-        padded = -(-size // BLOCK) * BLOCK
-        weights = self._blocks[:size]
-        np.subtract(logits, np.float32(best), out=weights)
-        np.divide(weights, np.float32(self.temperature), out=weights)
-        np.exp(weights, out=weights)
-        self._blocks[size:padded] = 0.0
-        return self._blocks[:padded].reshape(-1, BLOCK)
-
     def _weights(self, logits: np.ndarray, best: float) -> np.ndarray:
         """exp((logit - best) / T), in float64 (a new array, worked on in place)."""
         weights = logits.astype(np.float64)
         weights -= best
         weights /= self.temperature
         return np.exp(weights, out=weights)
-
-
-def _find_in_blocks(blocks: np.ndarray, sums: np.ndarray, u: float) -> int:
-    """The index (into the flattened `blocks`) whose weight interval holds `u`, given the
-    running sums of the blocks' totals; zero weights are never picked."""
-    block = min(int(sums.searchsorted(u, side="right")), sums.size - 1)
-    if block:
-        u -= float(sums[block - 1])
-    weights = blocks[block]
-    index = int(weights.cumsum(dtype=np.float64).searchsorted(u, side="right"))
-    if index >= weights.size or weights[index] == 0:  # past the block's end by a rounding
-        index = int(np.flatnonzero(weights)[-1])
-    return block * BLOCK + index
 
 
 def _find(cumulative: np.ndarray, u: float) -> int:
