@@ -157,13 +157,16 @@ class RowSampler:
         return int(logits.argmax()) if self.greedy else self._draw(logits)
 
     def _draw(self, logits: np.ndarray) -> int:
-        """A token with probability softmax(logits / T), by the head and its envelope."""
+        """A token with probability softmax(logits / T), by the head and its envelope
+        (rowdraw.c)."""
         u = self._rng.random()
         return draw(logits, self.temperature, HEAD_GAP, u, self._rng.random, self._scratch)
 
     def _draws(self, logits: np.ndarray, k: int) -> np.ndarray:
-        """`k` draws as `_draw` makes one: the head's running sum is worked out once and every
-        uniform searched in it; one that lands in the envelope goes on as in `_draw`."""
+        """`k` draws from `_draw`'s distribution, in numpy: the head and its running sum are
+        worked out once and every uniform searched in it; one that lands in the envelope goes
+        on to the tail's exact weights, as the compiled draw does (`k` calls of it would make
+        `k` passes over the row)."""
         if self.greedy:
             return np.full(k, int(logits.argmax()), dtype=np.int64)
         best = float(logits.max())
