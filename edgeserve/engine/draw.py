@@ -101,6 +101,7 @@ class RowSampler:
         self.greedy = params.greedy or params.temperature < TEMPERATURES[0]
         self.temperature = min(params.temperature, TEMPERATURES[1])
         self._rng = rng
+        self._uniform = rng.random  # bound once: the draw takes it every token
         self._inside = np.empty(n_vocab, dtype=bool)
         self._scratch = np.empty(2 * -(-n_vocab // DRAW_BLOCK), dtype=np.float64)  # draw's
 
@@ -159,8 +160,8 @@ class RowSampler:
     def _draw(self, logits: np.ndarray) -> int:
         """A token with probability softmax(logits / T), by the head and its envelope
         (rowdraw.c)."""
-        u = self._rng.random()
-        return draw(logits, self.temperature, HEAD_GAP, u, self._rng.random, self._scratch)
+        u = self._uniform()
+        return draw(logits, self.temperature, HEAD_GAP, u, self._uniform, self._scratch)
 
     def _draws(self, logits: np.ndarray, k: int) -> np.ndarray:
         """`k` draws from `_draw`'s distribution, in numpy: the head and its running sum are
