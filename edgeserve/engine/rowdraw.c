@@ -4,13 +4,16 @@
  * draw(row, temperature, gap, u, random, scratch) -> token
  *
  * - row: the float32 logit row (a C-contiguous buffer of n floats), only read;
- * - one pass over the row, a block of BLOCK logits at a time: the best logit so far (the
- *   block's own, if higher) is the block's reference, and each token whose logit is within
- *   `gap` (in units of logit/T) of it weighs exp((logit - reference) / T), eight or sixteen
- *   at a time; the block's sum of them and its reference go to `scratch` (float64,
- *   2 * ceil(n / BLOCK)). At the end each block's sum is rescaled to the row's best logit.
- *   A small model's row puts nearly its whole vocabulary within the gap (SmolLM2 at T = 0.7:
- *   48k of 49k tokens), so every token is weighed rather than a head gathered first;
+ * - two passes over the row, BLOCK logits at a time. The first finds each block's greatest
+ *   logit and the row's, `best`; the second, reading the row from this core's cache, weighs
+ *   each token within `gap` (in units of logit/T) of `best` at exp((logit - best) / T),
+ *   sixteen at a time, and sums each block's weights, skipping a block whose greatest is
+ *   outside the gap. The blocks' sums and greatest logits go to `scratch` (float64,
+ *   2 * ceil(n / BLOCK)). A small model's row puts nearly its whole vocabulary within the
+ *   gap (SmolLM2 at T = 0.7: 48k of 49k tokens); a large one's leaves most blocks out
+ *   (Gemma's 262k). No value carries from one block to the next but the lanes' greatest,
+ *   so the blocks overlap in the pipeline (one pass against a running best, rescaling the
+ *   sums at the end, took three times as long on SmolLM2's rows);
  * - every token outside the gap weighs under e^-gap of the best: (their count) * e^-gap
  *   covers them all (the envelope);
  * - u in [0, 1) picks a point in (mass + envelope). In the mass, the block whose interval of
@@ -56,9 +59,12 @@ static inline f16 load16(const float *at)
     return v;
 }
 
+/* Sixteen copies of x (-0 as +0, which no caller can tell): the sum of a zero vector and a
+ * scalar, which GCC broadcasts once; a compound literal of sixteen x's it built lane by lane
+ * with masked moves, inside the loops, costing the pass over a row two thirds of its time. */
 static inline f16 splat(float x)
 {
-    return (f16){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
+    return (f16){0} + x;
 }
 
 /* Lanes of `a` where `take` is set, of `b` elsewhere. */
@@ -129,57 +135,77 @@ static inline float offset(float logit, float reference, float inverse_t)
     return (logit - reference) * inverse_t;
 }
 
-/* One full block of logits: its reference (`*reference`, raised to the block's best logit
- * if that is higher), the sum of its weights against it, and in `*inside` the count of its
- * tokens within the gap added. */
-static inline double weigh_block(const float *logits, float *reference, float inverse_t,
-                                 float gap, i16 *inside)
+/* The greatest logit of each block into `maxima` (the last, partial block padded with -inf),
+ * and the row's greatest, returned: the first pass. Each block's greatest is folded from its
+ * four vectors on its own, so blocks overlap in the pipeline; only the lanes' running
+ * greatest carries from one block to the next. */
+CLONED static float scan_row(const float *row, Py_ssize_t n, double *maxima)
 {
-    f16 v[BLOCK / WIDTH];
-    f16 high = splat(-INFINITY);
-    for (int j = 0; j < BLOCK / WIDTH; j++) {
-        v[j] = load16(logits + WIDTH * j);
-        high = pick(v[j] > high, v[j], high);
+    f16 running = splat(-INFINITY);
+    Py_ssize_t i = 0, b = 0;
+    for (; i + BLOCK <= n; i += BLOCK, b++) {
+        /* the row is read once, a cache line at a time: ask for the lines 16 blocks ahead
+         * (a prefetch past the row's end is harmless) */
+        __builtin_prefetch(row + i + 16 * BLOCK);
+        __builtin_prefetch(row + i + 16 * BLOCK + 16);
+        __builtin_prefetch(row + i + 16 * BLOCK + 32);
+        __builtin_prefetch(row + i + 16 * BLOCK + 48);
+        f16 high = load16(row + i);
+        for (int j = 1; j < BLOCK / WIDTH; j++) {
+            f16 v = load16(row + i + WIDTH * j);
+            high = pick(v > high, v, high);
+        }
+        running = pick(high > running, high, running);
+        maxima[b] = top(high);
     }
-    float block_best = top(high), ref = *reference;
-    if (block_best > ref)
-        *reference = ref = block_best;
+    if (i < n) {
+        float best = -INFINITY;
+        for (; i < n; i++)
+            best = row[i] > best ? row[i] : best;
+        running = pick(splat(best) > running, splat(best), running);
+        maxima[b] = best;
+    }
+    return top(running);
+}
+
+/* The weights exp((logit - best) / T) of one block's tokens within the gap, summed; in
+ * `*inside` the count of those tokens added (a set lane counts -1). */
+static inline double weigh_block(const float *logits, float best, float inverse_t, float gap,
+                                 i16 *inside)
+{
     f16 sum = splat(0.0f);
     i16 in_block = {0};
-    if (__builtin_expect(offset(block_best, ref, inverse_t) >= -gap, 1)) /* else none is (a large vocabulary) */
-        for (int j = 0; j < BLOCK / WIDTH; j++) {
-            f16 x = (v[j] - splat(ref)) * splat(inverse_t);
-            i16 in = x >= splat(-gap);
-            sum += (f16)((i16)exp16(x) & in);
-            in_block -= in; /* a set lane is -1 */
-        }
+    for (int j = 0; j < BLOCK / WIDTH; j++) {
+        f16 x = (load16(logits + WIDTH * j) - splat(best)) * splat(inverse_t);
+        i16 in = x >= splat(-gap);
+        sum += (f16)((i16)exp16(x) & in);
+        in_block += in;
+    }
     *inside += in_block;
     return total(sum);
 }
 
-/* The pass over the row: each block's sum and reference into `sums` and `references`; the
- * row's best logit in `*best`; how many tokens are within the gap of their reference. */
-CLONED static Py_ssize_t weigh_row(const float *row, Py_ssize_t n, float inverse_t, float gap,
-                                   double *sums, double *references, float *best)
+/* The second pass, over a row the first has brought into this core's cache: each block's
+ * sum of weights into `sums` (0 for a block whose greatest logit is outside the gap, which
+ * is skipped: most of a large vocabulary's blocks); how many tokens are within the gap. */
+CLONED static Py_ssize_t weigh_row(const float *row, Py_ssize_t n, float best, float inverse_t,
+                                   float gap, const double *maxima, double *sums)
 {
     i16 inside = {0};
-    float reference = -INFINITY;
     Py_ssize_t i = 0, b = 0;
-    for (; i + BLOCK <= n; i += BLOCK, b++) {
-        sums[b] = weigh_block(row + i, &reference, inverse_t, gap, &inside);
-        references[b] = reference;
-    }
+    for (; i + BLOCK <= n; i += BLOCK, b++)
+        sums[b] = offset((float)maxima[b], best, inverse_t) >= -gap
+                      ? weigh_block(row + i, best, inverse_t, gap, &inside)
+                      : 0.0;
     if (i < n) { /* the last, partial block, padded with logits that weigh nothing */
         float logits[BLOCK];
         for (int k = 0; k < BLOCK; k++)
             logits[k] = i + k < n ? row[i + k] : -INFINITY;
-        sums[b] = weigh_block(logits, &reference, inverse_t, gap, &inside);
-        references[b] = reference;
+        sums[b] = weigh_block(logits, best, inverse_t, gap, &inside);
     }
-    *best = reference;
     Py_ssize_t count = 0;
     for (int k = 0; k < WIDTH; k++)
-        count += inside[k];
+        count -= inside[k];
     return count;
 }
 
@@ -191,19 +217,19 @@ static inline double exact_weight(float logit, float best, float inverse_t)
 }
 
 /* The token of block `b` whose interval of the block's running sum holds `point`, the block's
- * tokens weighed again (scaled as its sum was); a point past the end by a rounding takes its
- * last token within the gap. */
+ * tokens weighed again; a point past the end by a rounding takes its last token within the
+ * gap. */
 static Py_ssize_t find_in_block(const float *row, Py_ssize_t n, Py_ssize_t b, double point,
-                                double reference, double scale, float inverse_t, float gap)
+                                float best, float inverse_t, float gap)
 {
     Py_ssize_t start = b * BLOCK, end = start + BLOCK < n ? start + BLOCK : n, last = -1;
     double running = 0.0;
     for (Py_ssize_t k = start; k < end; k++) {
-        float x = offset(row[k], (float)reference, inverse_t);
+        float x = offset(row[k], best, inverse_t);
         if (!(x >= -gap))
             continue;
         last = k;
-        running += exp((double)x) * scale;
+        running += exp((double)x);
         if (point < running)
             return k;
     }
@@ -212,12 +238,12 @@ static Py_ssize_t find_in_block(const float *row, Py_ssize_t n, Py_ssize_t b, do
 
 /* A draw whose point fell `point` into the envelope: the token outside the gap whose exact
  * weight holds it, or (-1) none, in the envelope's slack. */
-static Py_ssize_t find_beyond(const float *row, Py_ssize_t n, const double *references,
-                              double point, float best, float inverse_t, float gap)
+static Py_ssize_t find_beyond(const float *row, Py_ssize_t n, double point, float best,
+                              float inverse_t, float gap)
 {
     double running = 0.0;
     for (Py_ssize_t k = 0; k < n; k++) {
-        if (offset(row[k], (float)references[k / BLOCK], inverse_t) >= -gap)
+        if (offset(row[k], best, inverse_t) >= -gap)
             continue;
         running += exact_weight(row[k], best, inverse_t);
         if (point < running)
@@ -268,38 +294,31 @@ static int take_buffer(PyObject *obj, Py_buffer *view, const char *format, int w
 }
 
 /* The token of a point in [0, mass + envelope); -1 with an exception set. */
-static Py_ssize_t pick_token(const float *row, Py_ssize_t n, double *sums, double *references,
+static Py_ssize_t pick_token(const float *row, Py_ssize_t n, double *sums, double *maxima,
                              float temperature, float gap, double u, PyObject *random)
 {
-    float inverse_t = 1.0f / temperature, best;
+    float inverse_t = 1.0f / temperature;
     Py_ssize_t nblocks = (n + BLOCK - 1) / BLOCK;
-    Py_ssize_t inside = weigh_row(row, n, inverse_t, gap, sums, references, &best);
+    float best = scan_row(row, n, maxima);
     if (!(best > -INFINITY)) {
         PyErr_SetString(PyExc_ValueError, "draw: the row has no finite logit");
         return -1;
     }
-    double mass = 0.0, reference = NAN, scale = 0.0;
-    for (Py_ssize_t b = 0; b < nblocks; b++) {
-        if (references[b] != reference) {
-            reference = references[b];
-            scale = exp((double)offset((float)reference, best, inverse_t));
-        }
-        sums[b] *= scale;
+    Py_ssize_t inside = weigh_row(row, n, best, inverse_t, gap, maxima, sums);
+    double mass = 0.0;
+    for (Py_ssize_t b = 0; b < nblocks; b++)
         mass += sums[b];
-    }
     double point = u * (mass + (double)(n - inside) * exp(-(double)gap));
     if (point < mass || inside == n) {
         Py_ssize_t b = 0;
         for (; b < nblocks - 1 && point >= sums[b]; b++)
             point -= sums[b];
-        double scale_b = exp((double)offset((float)references[b], best, inverse_t));
-        Py_ssize_t token =
-            find_in_block(row, n, b, point, references[b], scale_b, inverse_t, gap);
+        Py_ssize_t token = find_in_block(row, n, b, point, best, inverse_t, gap);
         if (token >= 0)
             return token;
         point = mass; /* an empty block by a rounding: past the mass, as below */
     }
-    Py_ssize_t token = find_beyond(row, n, references, point - mass, best, inverse_t, gap);
+    Py_ssize_t token = find_beyond(row, n, point - mass, best, inverse_t, gap);
     if (token >= 0)
         return token;
     PyObject *again = PyObject_CallNoArgs(random);

@@ -1,8 +1,8 @@
 """The compiled draw (`_rowdraw.draw`) against the same arithmetic in float64 numpy: for any
 row, temperature, gap and uniform it picks the token whose interval of the running sum of
 exp((logit - best) / T) holds the uniform's point, within float32's precision (its exp is a
-polynomial of its own), with the tokens outside the gap of their block's reference drawn
-through the envelope and its slack exactly as rejection sampling needs."""
+polynomial of its own), with the tokens outside the gap of the best logit drawn through the
+envelope and its slack exactly as rejection sampling needs."""
 
 from __future__ import annotations
 
@@ -31,14 +31,10 @@ def no_second_uniform() -> float:
 
 
 def inside_the_gap(row: np.ndarray, temperature: float, gap: float) -> np.ndarray:
-    """Which tokens the draw weighs: within `gap` (in units of T) of their block's reference,
-    the best logit up to the end of their block."""
+    """Which tokens the draw weighs: within `gap` (in units of T) of the best logit, worked
+    out in float32 as the draw does."""
     inverse = np.float32(1) / np.float32(temperature)
-    padded = np.full(-(-row.size // DRAW_BLOCK) * DRAW_BLOCK, -np.inf, dtype=np.float32)
-    padded[: row.size] = row
-    references = np.maximum.accumulate(padded.reshape(-1, DRAW_BLOCK).max(axis=1))
-    offsets = (row - np.repeat(references, DRAW_BLOCK)[: row.size]) * inverse
-    return offsets >= -np.float32(gap)
+    return (row - row.max()) * inverse >= -np.float32(gap)
 
 
 def exact(row: np.ndarray, temperature: float, gap: float, u: float) -> tuple[int, np.ndarray]:
@@ -109,9 +105,9 @@ def test_exp_is_within_two_ulp():
         assert (below, above) == (0, 1), x
 
 
-def test_the_block_sums_follow_a_rising_best():
-    """Blocks weighed against a reference below the row's best are rescaled to it: with the
-    best logit in the last block, every earlier block's tokens keep their exact share."""
+def test_the_blocks_before_the_best_keep_their_share():
+    """With the best logit in the last block, every earlier block's tokens keep their exact
+    share: each block is weighed against the row's best, not the best seen so far."""
     row = np.zeros(64 * 5, dtype=np.float32)
     row[-1] = 3.0
     shares = np.exp(row.astype(np.float64) - 3.0)
