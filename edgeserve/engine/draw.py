@@ -41,8 +41,11 @@ HEAD_GAP = 20.0
 TEMPERATURES = (1e-30, 1e30)
 """The temperatures a draw works with (the API takes any that is not negative)."""
 DRAW_BLOCK = 64
-"""Logits per block of the compiled draw (rowdraw.c's BLOCK): its scratch holds a sum and a
-reference logit for each."""
+"""Logits per block of the compiled draw (rowdraw.c's BLOCK): its scratch holds a sum and the
+greatest logit of each."""
+UNIFORMS = 64
+"""Uniforms a draw's generator makes at a time: a call of numpy's `Generator.random` costs
+~20 µs on the engine thread after a decode has emptied the caches, a pop from a list ~1."""
 
 
 class Penalties:
@@ -101,7 +104,9 @@ class RowSampler:
         self.greedy = params.greedy or params.temperature < TEMPERATURES[0]
         self.temperature = min(params.temperature, TEMPERATURES[1])
         self._rng = rng
-        self._uniform = rng.random  # bound once: the draw takes it every token
+        self._uniforms: list[float] = []  # the generator's next uniforms, the next one last
+        # Neither logit bias nor penalties: a token is a draw from the row as it is.
+        self._plain = not self._bias_ids.size and not self.penalties.active
         self._inside = np.empty(n_vocab, dtype=bool)
         self._scratch = np.empty(2 * -(-n_vocab // DRAW_BLOCK), dtype=np.float64)  # draw's
 
@@ -113,6 +118,8 @@ class RowSampler:
 
     def sample(self, row: np.ndarray) -> int:
         """The next token from a raw logit row (read, never written), counted for the penalties."""
+        if self._plain:  # every token of most requests: no call that would do nothing
+            return int(row.argmax()) if self.greedy else self._draw(row)
         token = self.choose(row)
         self.accept(token)
         return token
@@ -160,8 +167,16 @@ class RowSampler:
     def _draw(self, logits: np.ndarray) -> int:
         """A token with probability softmax(logits / T), by the head and its envelope
         (rowdraw.c)."""
-        u = self._uniform()
+        uniforms = self._uniforms
+        u = uniforms.pop() if uniforms else self._uniform()
         return draw(logits, self.temperature, HEAD_GAP, u, self._uniform, self._scratch)
+
+    def _uniform(self) -> float:
+        """The generator's next uniform in [0, 1), made UNIFORMS at a time: the same
+        sequence as one `random()` call each."""
+        if not self._uniforms:
+            self._uniforms = self._rng.random(UNIFORMS).tolist()[::-1]
+        return self._uniforms.pop()
 
     def _draws(self, logits: np.ndarray, k: int) -> np.ndarray:
         """`k` draws from `_draw`'s distribution, in numpy: the head and its running sum are

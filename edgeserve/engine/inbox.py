@@ -2,7 +2,7 @@
 queue's limit.
 
 `put`, `cancel` and `call` (any thread) only append under one lock; the engine thread takes
-them at the start of each step (`take`, `take_calls`). With nothing to do it waits on that
+them at the start of each step (`take`). With nothing to do it waits on that
 lock's condition (`wait_for`): it never spins. Requests on the prepare threads, in the inbox
 and in the scheduler's waiting queue all hold a place in the queue of `max_queue`.
 """
@@ -12,12 +12,15 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
 from edgeserve.engine.jobs import AnyJob
 from edgeserve.errors import EngineOverloaded, EngineStopped
+
+Call = tuple[Callable[[], Any], Future[Any]]  # a function to run on the engine thread, its future
+_NOTHING: tuple[tuple[()], tuple[()], tuple[()]] = ((), (), ())  # what `take` finds most steps
 
 
 class Inbox:
@@ -28,7 +31,7 @@ class Inbox:
         self._cond = threading.Condition()
         self._jobs: deque[AnyJob] = deque()
         self._cancels: deque[AnyJob] = deque()
-        self._calls: deque[tuple[Callable[[], Any], Future[Any]]] = deque()
+        self._calls: deque[Call] = deque()
         self._queued = 0  # jobs in the scheduler's waiting queue
         self._preparing = 0  # requests on the prepare threads
         self._arrived = 0.0  # when a request last began or ended preparing, or was put
@@ -124,19 +127,17 @@ class Inbox:
 
     # ---- the engine thread ------------------------------------------------------------------
 
-    def take(self) -> tuple[deque[AnyJob], deque[AnyJob]]:
-        """The new jobs (they now count as queued in the scheduler) and the cancels."""
+    def take(self) -> tuple[Sequence[AnyJob], Sequence[AnyJob], Sequence[Call]]:
+        """The new jobs (they now count as queued in the scheduler), the cancels, and the
+        calls to run on the engine thread, in order: all under one take of the lock."""
         with self._cond:
+            if not (self._jobs or self._cancels or self._calls):
+                return _NOTHING
             jobs, self._jobs = self._jobs, deque()
             cancels, self._cancels = self._cancels, deque()
-            self._queued += len(jobs)
-        return jobs, cancels
-
-    def take_calls(self) -> deque[tuple[Callable[[], Any], Future[Any]]]:
-        """The calls to run on the engine thread, in order."""
-        with self._cond:
             calls, self._calls = self._calls, deque()
-        return calls
+            self._queued += len(jobs)
+        return jobs, cancels, calls
 
     def set_queued(self, queued: int) -> None:
         """How many jobs wait in the scheduler's queue after a step."""

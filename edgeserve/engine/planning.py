@@ -95,27 +95,29 @@ class GenerationPlan:
     # (job, prompt tokens taken, batch row of the prompt's last token when this chunk ends it)
     prefills: list[tuple[Job, int, int | None]] = field(default_factory=list)
     adapters: AdapterSet = ()  # the adapter set of every job in the step
+    # Kept as rows and prefills are added (`add_row`, `add_prefill`): the step's decode is
+    # recorded with them right after it returns, when every object it reads is out of cache.
+    logit_rows: int = 0  # the rows this step asks logits for (next tokens and drafts)
+    ending_prompts: int = 0  # prompts whose last token is in this step (a logit row each)
+    prompt_tokens: int = 0  # the prompt tokens of this step that give no logit row
 
-    @property
-    def logit_rows(self) -> int:
-        """The rows this step asks logits for (next tokens and drafts), prompts aside."""
-        return sum(1 + len(draft) for _, _, _, draft in self.rows)
+    def add_row(self, row: int, job: Job, choice: Choice, draft: tuple[int, ...]) -> None:
+        """Sample batch row `row` (and a row per drafted token after it) for `choice`."""
+        self.rows.append((row, job, choice, draft))
+        self.logit_rows += 1 + len(draft)
 
-    @property
-    def ending_prompts(self) -> int:
-        """Prompts whose last token is in this step (each gives one more logit row)."""
-        return sum(row is not None for _, _, row in self.prefills)
+    def add_prefill(self, job: Job, take: int, row: int | None) -> None:
+        """`take` more tokens of `job`'s prompt; `row`: its last token's, when they end it."""
+        self.prefills.append((job, take, row))
+        ending = row is not None
+        self.ending_prompts += ending
+        self.prompt_tokens += take - ending
 
     @property
     def routine(self) -> bool:
         """True for a step without prompt tokens: it gives each of its choices its next
         token (and verifies their drafts, which `Scheduler.keep` then cuts)."""
         return not self.prefills
-
-    @property
-    def prompt_tokens(self) -> int:
-        """The prompt tokens of this step that give no logit row."""
-        return sum(take for _, take, _ in self.prefills) - self.ending_prompts
 
 
 @dataclass
@@ -186,11 +188,17 @@ class Planner:
         self._score_turn = True
         streams = any(job.state is JobState.GENERATING for job in active)
         active = self.adapter_turns.next_group(active)
-        media = [(job, span) for job in active if (span := _media_next(job)) is not None]
-        tokens = any(job.steppable and _media_next(job) is None for job in active)
-        if media and (self._media_turn or not tokens):
+        media: MediaPlan | None = None
+        tokens = False
+        for job in active:
+            span = _media_next(job)
+            if span is None:
+                tokens = tokens or job.steppable
+            elif media is None:
+                media = MediaPlan(job, span)
+        if media is not None and (self._media_turn or not tokens):
             self._media_turn = False
-            return MediaPlan(*media[0])
+            return media
         self._media_turn = True
         if not tokens:
             return None
@@ -222,7 +230,7 @@ class Planner:
             row = batch.add(choice.last_token, choice.n_past, choice.seq_id, True)
             if draft:
                 batch.add_span(draft, choice.n_past + 1, choice.seq_id, range(len(draft)))
-            plan.rows.append((row, job, choice, tuple(draft)))
+            plan.add_row(row, job, choice, tuple(draft))
         if not prefilling:
             return plan
         budget = batch.room
@@ -259,7 +267,7 @@ class Planner:
                 job.lead.seq_id,
                 (take - 1,) if last else (),
             )
-            plan.prefills.append((job, take, start + take - 1 if last else None))
+            plan.add_prefill(job, take, start + take - 1 if last else None)
         return plan
 
     def _prefill_budget(self, rows: int) -> int:
@@ -292,6 +300,10 @@ class AdapterTurns:
     def next_group(self, active: Sequence[Job]) -> list[Job]:
         """The jobs of `active` (in order) under the set whose turn it is: every job when all
         run under one set."""
+        sets = {job.request.adapters for job in active}
+        if len(sets) == 1:  # one set (the common case): every job, if any has work
+            self._last = sets.pop() if any(job.steppable for job in active) else None
+            return list(active) if self._last is not None else []
         ready = sorted({job.request.adapters for job in active if job.steppable})
         if len(ready) <= 1:
             self._last = ready[0] if ready else None

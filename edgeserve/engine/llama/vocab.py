@@ -23,6 +23,7 @@ class Vocabulary:
         self.add_bos = bool(lc.llama_vocab_get_add_bos(vocab))
         self.bos = lc.llama_vocab_bos(vocab)
         self._pieces: dict[int, bytes] = {}
+        self._eog: dict[int, bool] = {}  # is_eog's answers so far
         # The longest-piece scan: tokens read so far, the longest piece among them.
         self._scan_lock = threading.Lock()
         self._scanned = 0
@@ -63,8 +64,12 @@ class Vocabulary:
         return out
 
     def is_eog(self, token: int) -> bool:
-        """True for end-of-generation tokens (EOS, EOT, <end_of_turn> …)."""
-        return bool(lc.llama_vocab_is_eog(self.vocab, token))
+        """True for end-of-generation tokens (EOS, EOT, <end_of_turn> …). Cached: asked for
+        every generated token, llama.cpp's answer costs a call that lets the GIL go."""
+        known = self._eog.get(token)
+        if known is None:
+            known = self._eog[token] = bool(lc.llama_vocab_is_eog(self.vocab, token))
+        return known
 
     @property
     def pieces_unscanned(self) -> bool:
