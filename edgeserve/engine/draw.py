@@ -3,15 +3,16 @@
 llama.cpp's sampler chain copies the whole row into a candidate array on every token and its
 penalties, temperature and dist samplers each pass over all of it: ~3.4 ms a token on Gemma's
 262,144-entry vocabulary, ~6.3 ms with penalties. `RowSampler` draws from the same
-distribution (logit bias → penalties → temperature → softmax) in 50-200 µs on 2 cores:
+distribution (logit bias → penalties → temperature → softmax) in 30-200 µs on 2 cores:
 
 - logit bias and penalties change only their own few ids of the row, and are undone after;
 - the tokens within HEAD_GAP (in units of logit/T) of the best are the head. A small
   model's head is nearly its whole vocabulary (SmolLM2 at T = 0.7, deep into a sampled
-  answer: 48k of 49k tokens), so the compiled draw (rowdraw.c) weighs every token in one
-  pass, sixteen at a time, each block of them against the best logit seen so far, and sums
-  the blocks, skipping a block with no token in the head: ~70 µs a token on such rows on 2
-  cores where numpy took ~180 to find, gather and weigh the head (Gemma: ~190 against ~260).
+  answer: 48k of 49k tokens), so the compiled draw (rowdraw.c) weighs every token, sixteen
+  at a time: one pass finds each block's greatest logit and the row's best, a second weighs
+  the tokens against the best and sums each block, skipping a block with no token in the
+  head: ~30 µs a token on such rows on 2 cores (~60 with the caches flushed) where numpy took
+  ~180 to find, gather and weigh the head (Gemma: ~140 against ~260).
   A uniform finds its block among the blocks' running sums, then its token in that block;
 - every other token weighs under e^-HEAD_GAP of the best, so the rest of the vocabulary is
   covered by an envelope of (count · e^-HEAD_GAP). A uniform that lands there (at most
