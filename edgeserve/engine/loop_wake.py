@@ -3,9 +3,10 @@
 `loop.call_soon_threadsafe` wakes the loop by a `send` on its self-pipe, and `send` releases
 the GIL: the loop thread, woken by it, takes the GIL there and renders and writes its tokens
 while the engine thread waits to go on (over HTTP, 0.2-0.3 ms of every step of a stream). A
-`LoopWake` wakes the loop through a pipe of its own, written by a call that keeps the GIL, so
-the engine thread goes on to its next `llama_decode` and the loop does its work while the
-decode runs (on a GPU, beside it for free; on a CPU, on the cores the decode would use).
+`LoopWake` wakes the loop through an eventfd of its own (a pipe where there is none), written
+by a call that keeps the GIL, so the engine thread goes on to its next `llama_decode` and the
+loop does its work while the decode runs (on a GPU, beside it for free; on a CPU, on the cores
+the decode would use).
 
 Where no such call exists (no C library to load, a loop without `add_reader`, as Windows'
 proactor loop), the loop's own `call_soon_threadsafe` is used.
@@ -18,6 +19,7 @@ import ctypes
 import errno
 import logging
 import os
+import sys
 import threading
 import weakref
 from collections import deque
@@ -39,6 +41,20 @@ def _write_holding_gil() -> Callable[[int, bytes, int], int] | None:
     return write  # type: ignore[no-any-return]
 
 
+def _wake_fds() -> tuple[int, int]:
+    """(read end, write end) of a non-blocking wake-up: one eventfd where the OS has them (a
+    wake-up is reset by one read of its counter), else a pipe (read until empty: a second
+    read, and its BlockingIOError, every wake-up)."""
+    if hasattr(os, "eventfd"):
+        fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        return fd, fd
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    os.set_blocking(write_fd, False)
+    return read_fd, write_fd
+
+
+_EVENT = (1).to_bytes(8, sys.byteorder)  # what a write adds to an eventfd's counter
 _WRITE = _write_holding_gil()
 _WAKES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWake] = weakref.WeakKeyDictionary()
 _PLAIN: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()  # no LoopWake possible
@@ -46,8 +62,8 @@ _PLAIN: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()  # no Loo
 
 class LoopWake:
     """An event loop's wake-up for other threads: `call_soon_threadsafe` as the loop's own,
-    woken through a pipe of its own whose write keeps the GIL. Made on the loop's thread
-    (`wake_for`); its pipe is closed by the first call after the loop has closed, or when the
+    woken through an eventfd (or pipe) of its own whose write keeps the GIL. Made on the loop's
+    thread (`wake_for`); it is closed by the first call after the loop has closed, or when the
     loop is collected."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, write: Callable[[int, bytes, int], int]):
@@ -55,9 +71,8 @@ class LoopWake:
         self._write = write
         self._calls: deque[tuple[Callable[..., object], tuple[Any, ...]]] = deque()
         self._lock = threading.Lock()  # the write end stays open while a writer uses it
-        self._read_fd, self._write_fd = os.pipe()
-        os.set_blocking(self._read_fd, False)
-        os.set_blocking(self._write_fd, False)
+        self._read_fd, self._write_fd = _wake_fds()
+        self._signal = _EVENT if self._read_fd == self._write_fd else b"\0"
         try:
             loop.add_reader(self._read_fd, self._run)
         except BaseException:
@@ -76,15 +91,16 @@ class LoopWake:
         with self._lock:
             if self._write_fd < 0:
                 raise RuntimeError("Event loop is closed")
-            if self._write(self._write_fd, b"\0", 1) < 0:
+            if self._write(self._write_fd, self._signal, len(self._signal)) < 0:
                 code = ctypes.get_errno()
                 if code not in (0, errno.EAGAIN, errno.EWOULDBLOCK):  # full: a wake is due
                     raise RuntimeError(f"the event loop's wake-up failed: {os.strerror(code)}")
 
     def _run(self) -> None:
-        """On the loop: empty the pipe, then run every call queued so far."""
+        """On the loop: reset the wake-up (an eventfd's one read; a pipe read until empty), then
+        run every call queued so far."""
         try:
-            while os.read(self._read_fd, 4096):
+            while os.read(self._read_fd, 4096) and self._read_fd != self._write_fd:
                 pass
         except BlockingIOError:
             pass
@@ -102,7 +118,7 @@ class LoopWake:
                 )
 
     def close(self) -> None:
-        """Stop watching the pipe and close it (idempotent)."""
+        """Stop watching the wake-up and close it (idempotent)."""
         loop = self._loop()
         with self._lock:
             if self._read_fd < 0:
@@ -110,7 +126,8 @@ class LoopWake:
             if loop is not None and not loop.is_closed():
                 loop.remove_reader(self._read_fd)
             os.close(self._read_fd)
-            os.close(self._write_fd)
+            if self._write_fd != self._read_fd:
+                os.close(self._write_fd)
             self._read_fd = self._write_fd = -1
 
 
