@@ -140,13 +140,15 @@ class RowSampler:
 
     def _adjusted(self, row: np.ndarray, pick: Callable[[np.ndarray], T]) -> T:
         """`pick` of the row with logit bias and penalties applied (see `choose`)."""
-        touched = self._touched()
-        if touched is None:
+        penalties = self.penalties
+        touched = self._touched() if penalties.active else self._bias_ids
+        if touched is None or not touched.size:
             return pick(row)
         saved = row[touched]
         try:
             row[self._bias_ids] += self._bias_values
-            self.penalties.apply(row)
+            if penalties.active:
+                penalties.apply(row)
             return pick(row)
         finally:
             row[touched] = saved
