@@ -8,11 +8,11 @@ distribution (logit bias → penalties → temperature → softmax) in 30-200 µ
 - logit bias and penalties change only their own few ids of the row, and are undone after;
 - the tokens within HEAD_GAP (in units of logit/T) of the best are the head. A small
   model's head is nearly its whole vocabulary (SmolLM2 at T = 0.7, deep into a sampled
-  answer: 48k of 49k tokens), so the compiled draw (rowdraw.c) weighs every token, sixteen
+  answer: 48k of 49k tokens), so the compiled draw (rowdraw.c) weighs every token, eight
   at a time: one pass finds each block's greatest logit and the row's best, a second weighs
   the tokens against the best and sums each block, skipping a block with no token in the
-  head: ~30 µs a token on such rows on 2 cores (~60 with the caches flushed) where numpy took
-  ~180 to find, gather and weigh the head (Gemma: ~140 against ~260).
+  head: ~40 µs a token on such rows on 2 cores (~60 with the caches flushed) where numpy took
+  ~180 to find, gather and weigh the head (Gemma: ~160 against ~260).
   A uniform finds its block among the blocks' running sums, then its token in that block;
 - every other token weighs under e^-HEAD_GAP of the best, so the rest of the vocabulary is
   covered by an envelope of (count · e^-HEAD_GAP). A uniform that lands there (at most

@@ -7,7 +7,7 @@
  * - two passes over the row, BLOCK logits at a time. The first finds each block's greatest
  *   logit and the row's, `best`; the second, reading the row from this core's cache, weighs
  *   each token within `gap` (in units of logit/T) of `best` at exp((logit - best) / T),
- *   sixteen at a time, and sums each block's weights, skipping a block whose greatest is
+ *   eight at a time, and sums each block's weights, skipping a block whose greatest is
  *   outside the gap. The blocks' sums and greatest logits go to `scratch` (float64,
  *   2 * ceil(n / BLOCK)). A small model's row puts nearly its whole vocabulary within the
  *   gap (SmolLM2 at T = 0.7: 48k of 49k tokens); a large one's leaves most blocks out
@@ -34,71 +34,71 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Sixteen floats at a time in GCC's and clang's vector extensions: one AVX-512 register in
- * the clone built for CPUs that have it, two AVX2 ones in another, four SSE2 ones on any
- * x86-64, four NEON ones on arm64. */
-typedef float f16 __attribute__((vector_size(64)));
-typedef int32_t i16 __attribute__((vector_size(64)));
+/* Eight floats at a time in GCC's and clang's vector extensions: one AVX2 register in the
+ * clone built for CPUs that have it, two SSE2 ones on any x86-64, two NEON ones on arm64.
+ * Sixteen (a 64-byte vector) made AVX2's comparisons lane-by-lane scalar code: 176 µs a draw
+ * on SmolLM2's rows where eight take 38, while AVX-512 gained only 34 against 43. */
+typedef float vf __attribute__((vector_size(32)));
+typedef int32_t vi __attribute__((vector_size(32)));
 typedef float f4 __attribute__((vector_size(16)));
 typedef int32_t i4 __attribute__((vector_size(16)));
 
-#define WIDTH 16
+#define WIDTH 8
 #define BLOCK 64 /* logits a block sum covers: four vectors */
 #define MAX_GAP 80.0f /* the vectors' exp holds from e^-87 */
 
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
-#define CLONED __attribute__((target_clones("avx512f", "avx2", "default")))
+#define CLONED __attribute__((target_clones("avx2", "default")))
 #else
 #define CLONED
 #endif
 
-static inline f16 load16(const float *at)
+static inline vf load(const float *at)
 {
-    f16 v;
+    vf v;
     memcpy(&v, at, sizeof v); /* the row need not be aligned */
     return v;
 }
 
-/* Sixteen copies of x (-0 as +0, which no caller can tell): the sum of a zero vector and a
- * scalar, which GCC broadcasts once; a compound literal of sixteen x's it built lane by lane
+/* Copies of x in every lane (-0 as +0, which no caller can tell): the sum of a zero vector and
+ * a scalar, which GCC broadcasts once; a compound literal of sixteen x's it built lane by lane
  * with masked moves, inside the loops, costing the pass over a row two thirds of its time. */
-static inline f16 splat(float x)
+static inline vf splat(float x)
 {
-    return (f16){0} + x;
+    return (vf){0} + x;
 }
 
 /* Lanes of `a` where `take` is set, of `b` elsewhere. */
-static inline f16 pick(i16 take, f16 a, f16 b)
+static inline vf pick(vi take, vf a, vf b)
 {
-    return (f16)(((i16)a & take) | ((i16)b & ~take));
+    return (vf)(((vi)a & take) | ((vi)b & ~take));
 }
 
 /* e^x for x in [-80, 0]: x = k ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, so that k ln2
  * is exact), e^r as 1 + r + r^2 q(r) with q a quartic fitted to (e^r - 1 - r) / r^2 over
  * that range (e^r's relative error under 4e-9, far inside float32's 6e-8), 2^k by building
  * the float's exponent. Lanes outside the range come out as garbage, for the caller to mask. */
-static inline f16 exp16(f16 x)
+static inline vf vexp(vf x)
 {
-    const f16 magic = splat(12582912.0f); /* 1.5 * 2^23: adding it rounds to an integer */
-    f16 k = (x * splat(1.44269504f) + magic) - magic;
-    f16 r = (x - k * splat(0.693359375f)) - k * splat(-2.12194440e-4f);
-    f16 q = splat(0.00137514085508883f);
+    const vf magic = splat(12582912.0f); /* 1.5 * 2^23: adding it rounds to an integer */
+    vf k = (x * splat(1.44269504f) + magic) - magic;
+    vf r = (x - k * splat(0.693359375f)) - k * splat(-2.12194440e-4f);
+    vf q = splat(0.00137514085508883f);
     q = q * r + splat(0.008368921466171741f);
     q = q * r + splat(0.04166953265666962f);
     q = q * r + splat(0.166665181517601f);
     q = q * r + splat(0.49999988079071045f);
-    f16 e = (r * r * q + r) + splat(1.0f);
-    i16 exponent = (__builtin_convertvector(k, i16) + 127) << 23;
-    return e * (f16)exponent;
+    vf e = (r * r * q + r) + splat(1.0f);
+    vi exponent = (__builtin_convertvector(k, vi) + 127) << 23;
+    return e * (vf)exponent;
 }
 
-/* A vector of sixteen folded to four, lane by lane with `fold` (the halves of the halves:
- * a tree, not a chain of fifteen dependent steps). */
+/* A vector of eight folded to four, lane by lane with `fold`. */
 #define FOLD_TO_FOUR(v, fold)                                                                  \
     ({                                                                                         \
-        f4 quarter[4];                                                                         \
-        memcpy(quarter, &(v), sizeof quarter);                                                 \
-        fold(fold(quarter[0], quarter[1]), fold(quarter[2], quarter[3]));                      \
+        f4 half[2];                                                                            \
+        memcpy(half, &(v), sizeof half);                                                       \
+        fold(half[0], half[1]);                                                                \
     })
 
 static inline f4 greater4(f4 a, f4 b)
@@ -112,8 +112,8 @@ static inline f4 add4(f4 a, f4 b)
     return a + b;
 }
 
-/* The greatest of sixteen lanes (-inf if none is a number). */
-static inline float top(f16 v)
+/* The greatest of the lanes (-inf if none is a number). */
+static inline float top(vf v)
 {
     f4 four = FOLD_TO_FOUR(v, greater4);
     float best = -INFINITY;
@@ -122,8 +122,8 @@ static inline float top(f16 v)
     return best;
 }
 
-/* The sum of sixteen lanes. */
-static inline double total(f16 v)
+/* The sum of the lanes. */
+static inline double total(vf v)
 {
     f4 four = FOLD_TO_FOUR(v, add4);
     return ((double)four[0] + four[1]) + ((double)four[2] + four[3]);
@@ -141,7 +141,7 @@ static inline float offset(float logit, float reference, float inverse_t)
  * greatest carries from one block to the next. */
 CLONED static float scan_row(const float *row, Py_ssize_t n, double *maxima)
 {
-    f16 running = splat(-INFINITY);
+    vf running = splat(-INFINITY);
     Py_ssize_t i = 0, b = 0;
     for (; i + BLOCK <= n; i += BLOCK, b++) {
         /* the row is read once, a cache line at a time: ask for the lines 16 blocks ahead
@@ -150,9 +150,9 @@ CLONED static float scan_row(const float *row, Py_ssize_t n, double *maxima)
         __builtin_prefetch(row + i + 16 * BLOCK + 16);
         __builtin_prefetch(row + i + 16 * BLOCK + 32);
         __builtin_prefetch(row + i + 16 * BLOCK + 48);
-        f16 high = load16(row + i);
+        vf high = load(row + i);
         for (int j = 1; j < BLOCK / WIDTH; j++) {
-            f16 v = load16(row + i + WIDTH * j);
+            vf v = load(row + i + WIDTH * j);
             high = pick(v > high, v, high);
         }
         running = pick(high > running, high, running);
@@ -171,14 +171,14 @@ CLONED static float scan_row(const float *row, Py_ssize_t n, double *maxima)
 /* The weights exp((logit - best) / T) of one block's tokens within the gap, summed; in
  * `*inside` the count of those tokens added (a set lane counts -1). */
 static inline double weigh_block(const float *logits, float best, float inverse_t, float gap,
-                                 i16 *inside)
+                                 vi *inside)
 {
-    f16 sum = splat(0.0f);
-    i16 in_block = {0};
+    vf sum = splat(0.0f);
+    vi in_block = {0};
     for (int j = 0; j < BLOCK / WIDTH; j++) {
-        f16 x = (load16(logits + WIDTH * j) - splat(best)) * splat(inverse_t);
-        i16 in = x >= splat(-gap);
-        sum += (f16)((i16)exp16(x) & in);
+        vf x = (load(logits + WIDTH * j) - splat(best)) * splat(inverse_t);
+        vi in = x >= splat(-gap);
+        sum += (vf)((vi)vexp(x) & in);
         in_block += in;
     }
     *inside += in_block;
@@ -191,7 +191,7 @@ static inline double weigh_block(const float *logits, float best, float inverse_
 CLONED static Py_ssize_t weigh_row(const float *row, Py_ssize_t n, float best, float inverse_t,
                                    float gap, const double *maxima, double *sums)
 {
-    i16 inside = {0};
+    vi inside = {0};
     Py_ssize_t i = 0, b = 0;
     for (; i + BLOCK <= n; i += BLOCK, b++)
         sums[b] = offset((float)maxima[b], best, inverse_t) >= -gap
