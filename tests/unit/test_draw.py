@@ -281,3 +281,18 @@ def test_temperatures_past_float32s_range_draw_their_limit(temperature):
         assert set(drawn) == {1}
     else:
         assert set(drawn) == {0, 1, 2, 3}
+
+
+def test_a_seeded_sampler_takes_its_generators_uniforms_in_order():
+    """The draw's uniforms come from numpy in batches (draw.UNIFORMS), in the order single
+    `random()` calls would give them: on a row of equal logits the token is floor(u · n), so
+    each of 150 draws (past two batch refills) names the uniform it took."""
+    size, seed = 1000, 11
+    sampler = RowSampler(SamplingParams(temperature=1.0), size, np.random.default_rng(seed))
+    reference = np.random.default_rng(seed)
+    row = np.zeros(size, dtype=np.float32)
+    for _ in range(150):
+        u = reference.random()
+        token = sampler.sample(row)
+        if abs(u * size - round(u * size)) > 1e-6:  # clear of an interval's edge
+            assert token == int(u * size)
