@@ -1,5 +1,6 @@
 """edgeserve's engine phase clock over a load run, read from its /metrics: the milliseconds a
-step spends in each phase, and outside llama_decode in all (README: where a step's time goes)."""
+step spends in each phase, outside llama_decode in all (the engine's own work), and waiting for
+the event loops to send its tokens (README: where a step's time goes)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ class Stamped(Protocol):
     server: str
     engine_phases_ms: dict[str, float] | None
     engine_step_ms: float | None
+    loop_wait_ms: float | None
 
 
 # edgeserve's engine counters in its /metrics (summed over the models' label sets)
@@ -41,19 +43,21 @@ def read_engine_clock(metrics: str) -> dict[str, float]:
 
 def per_step_ms(before: dict[str, float], after: dict[str, float]) -> dict[str, float] | None:
     """Milliseconds a step in each phase between two readings of `read_engine_clock`, and
-    "outside_decode", the sum of all but llama_decode's; None without a step between them."""
+    "outside_decode", the engine's own: the sum of all but llama_decode's and the wait for the
+    event loops ("loops"); None without a step between them."""
     steps = after.get("steps", 0.0) - before.get("steps", 0.0)
     if steps <= 0:
         return None
     phases = {
         k: 1000.0 * (v - before.get(k, 0.0)) / steps for k, v in after.items() if k != "steps"
     }
-    return phases | {"outside_decode": sum(v for k, v in phases.items() if k != "decode")}
+    own = sum(v for k, v in phases.items() if k not in ("decode", "loops"))
+    return phases | {"outside_decode": own}
 
 
 class EngineClocks:
     """The edgeserves' engine clocks over a run: read at its start and end, put on its
-    results (`RunResult.engine_phases_ms`, `engine_step_ms`)."""
+    results (`RunResult.engine_phases_ms`, `engine_step_ms`, `loop_wait_ms`)."""
 
     def __init__(self, http: aiohttp.ClientSession, servers: Sequence[tuple[str, str]]) -> None:
         self.http = http
@@ -80,3 +84,4 @@ class EngineClocks:
                 phases = per_step_ms(self.before[run.server], after[run.server])
                 run.engine_phases_ms = phases
                 run.engine_step_ms = phases["outside_decode"] if phases else None
+                run.loop_wait_ms = phases.get("loops") if phases else None

@@ -203,9 +203,11 @@ class RunResult:
     server_cpu_s: float = 0.0
     other_cpu_s: float = 0.0
     # edgeserve's engine thread over the run (its /metrics): milliseconds a step in each
-    # phase, and outside llama_decode in all (None for the other servers)
+    # phase, outside llama_decode in all (its own work) and waiting for the event loops to
+    # send (None for the other servers)
     engine_phases_ms: dict[str, float] | None = None
     engine_step_ms: float | None = None
+    loop_wait_ms: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A plain dict for the JSON report."""

@@ -8,9 +8,12 @@ stretch is added to the phase it belongs to:
 - decode: `llama_decode` (generation, media, scoring and embeddings steps);
 - sample: reading logit rows and sampling (or verifying drafts);
 - account: each token's bookkeeping: end of generation, its text, stop strings, log-probs;
-- deliver: the snapshot for /health and handing the step's events to the event loops.
+- deliver: the snapshot for /health and handing the step's events to the event loops;
+- loops: on the CPU, waiting for the event loops to send the step's events before the next
+  decode (the HTTP side's work, not the engine's).
 
-Everything but `decode` is the engine's own work, which a one-stream decode waits for.
+Everything but `decode` and `loops` is the engine's own work, which a one-stream decode waits
+for; `loops` it waits for too.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-PHASES = ("intake", "plan", "decode", "sample", "account", "deliver")
+PHASES = ("intake", "plan", "decode", "sample", "account", "deliver", "loops")
 
 
 class StepClock:

@@ -21,6 +21,7 @@ import logging
 from concurrent.futures import Executor
 
 from edgeserve.engine.adapters import Adapter, AdapterCatalog, RuntimeLoading
+from edgeserve.engine.delivery import wait_for
 from edgeserve.engine.generating import Generating
 from edgeserve.engine.inbox import Inbox
 from edgeserve.engine.invariants import InvariantError
@@ -48,6 +49,10 @@ log = logging.getLogger("edgeserve.engine")
 # them every step cost ~30 µs of each step of a stream; every third step (50 ms apart on
 # SmolLM2 on 2 cores) still ~10.
 PUBLISH_EVERY_S = 0.25
+# The longest a step on the CPU waits for the event loops to send its events before the next
+# decode (a loop busy elsewhere then works beside it). One SmolLM2 stream's token takes its
+# loop ~0.3 ms on 2 cores; eight ~2.
+LOOP_WAIT_S = 0.005
 # One routine step in this many checks the invariants (see the module docstring): the check
 # cost ~30 µs of each step of a stream, about as much as a whole step's planning.
 CHECK_EVERY_ROUTINE = 8
@@ -79,7 +84,8 @@ class Stepper:
         # free while llama_decode runs, so they leave just before the next decode and the
         # loops render and send them meanwhile (the GPU is not kept waiting for them). On
         # the CPU, llama.cpp's threads take every core during a decode, and a loop working
-        # beside them stalls their barriers, so they leave at the end of the step.
+        # beside them stalls their barriers, so they leave at the end of the step and the
+        # next decode waits (at most LOOP_WAIT_S) until the loops have sent them.
         self._deliver_during_decode = backend.gpu_offload
         self.snapshot = self._stats()
         self._live = (0, 0, 0)  # the queued, running and scoring jobs at the last publish
@@ -155,12 +161,18 @@ class Stepper:
             self.inbox.set_queued(queued)
             self._queued = queued
         now = clock.now()
-        if live != self._live or not self.has_work() or now >= self._due:
+        more = self.has_work()
+        if live != self._live or not more or now >= self._due:
             self.publish()
             self._live, self._due = live, now + PUBLISH_EVERY_S
-        if not self._deliver_during_decode or not self.has_work():
-            state.outbox.flush()
+        if self._deliver_during_decode and more:
+            clock.lap("deliver")
+            return
+        acks = state.outbox.flush(acknowledged=more)
         clock.lap("deliver")
+        if acks:
+            wait_for(acks, LOOP_WAIT_S)
+            clock.lap("loops")
 
     def load_adapter(self, name: str, path: str) -> Adapter:
         """Load a LoRA adapter as `name` from `path` (a call from the inbox): AdapterRefused

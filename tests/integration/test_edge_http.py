@@ -55,7 +55,7 @@ async def test_metrics_say_where_the_engine_thread_spent_its_steps(client):
     # The phases cut each step's wall time into pieces: after a streamed answer they have
     # grown by no more than the time that passed (a stretch counted twice would exceed it),
     # llama_decode took some of it and so did sampling and each token's bookkeeping.
-    phases = ("intake", "plan", "decode", "sample", "account", "deliver")
+    phases = ("intake", "plan", "decode", "sample", "account", "deliver", "loops")
     before = await scrape(client)
     started = asyncio.get_running_loop().time()
     body = chat(max_tokens=8, temperature=0.7, seed=3, logit_bias=EOS_BAN, stream=True)
@@ -76,6 +76,7 @@ async def test_metrics_say_where_the_engine_thread_spent_its_steps(client):
     assert steps >= 2  # the prompt, then at least one step a generated token after the first
     assert all(seconds >= 0 for seconds in grown.values()), grown
     assert grown["decode"] > 0 and grown["sample"] > 0 and grown["account"] > 0, grown
+    assert grown["loops"] > 0, grown  # on the CPU each decode waits for the loop to send
     assert sum(grown.values()) <= elapsed, (grown, elapsed)
 
 

@@ -279,8 +279,9 @@ async def test_the_edgeserves_soak_side_by_side(bench: Bench, monkeypatch: pytes
 async def test_a_run_puts_edgeserve_s_engine_time_a_step_from_its_metrics_on_its_result(
     aiohttp_server: Any,
 ):
-    """Each answered request adds 3 steps, 30 ms of decode and 1.5 ms of sampling to the
-    /metrics of the server it went to; llama-server's result gets no figure."""
+    """Each answered request adds 3 steps, 30 ms of decode, 1.5 ms of sampling and 0.6 ms of
+    waiting for the loop to the /metrics of the server it went to; llama-server's result gets
+    no figure."""
     servers = []
     for kind in ("edgeserve", "llama-server"):
         steps = [30]  # before the run
@@ -294,6 +295,7 @@ async def test_a_run_puts_edgeserve_s_engine_time_a_step_from_its_metrics_on_its
                 text=f"edgeserve_engine_steps_total {n}.0\n"
                 f'edgeserve_engine_phase_seconds_total{{phase="decode"}} {0.01 * n}\n'
                 f'edgeserve_engine_phase_seconds_total{{phase="sample"}} {0.0005 * n}\n'
+                f'edgeserve_engine_phase_seconds_total{{phase="loops"}} {0.0002 * n}\n'
             )
 
         app = streaming_chat_app(answered)
@@ -303,6 +305,7 @@ async def test_a_run_puts_edgeserve_s_engine_time_a_step_from_its_metrics_on_its
     runs = {r.server: r for r in await load.run_in_turns(servers, 2, load.LoadShape(2, 4, (0,)))}
     assert runs["edgeserve"].engine_step_ms == pytest.approx(0.5)
     assert runs["edgeserve"].engine_phases_ms == pytest.approx(
-        {"decode": 10.0, "sample": 0.5, "outside_decode": 0.5}
+        {"decode": 10.0, "sample": 0.5, "loops": 0.2, "outside_decode": 0.5}
     )
+    assert runs["edgeserve"].loop_wait_ms == pytest.approx(0.2)
     assert runs["llama-server"].engine_step_ms is None

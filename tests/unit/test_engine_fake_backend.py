@@ -58,6 +58,7 @@ from tests.unit.fake_backend import (
     FakeBackend,
     FakeSampler,
 )
+from tests.unit.loop_handlers import Handler, handlers
 
 NO_EOS = {EOS: -100.0}
 
@@ -1044,3 +1045,59 @@ def test_steps_that_change_no_job_publish_their_figures_every_so_often(
     h.run_until_idle()  # ends the job and goes idle: published
     assert second.state is JobState.DONE
     assert h.engine.stats().engine_steps == len(h.backend.decodes)
+
+
+# ---- delivery to the event loops ------------------------------------------------------------
+
+
+class GpuHarness(Harness):
+    gpu = True
+
+
+def stream_on(h: Harness, handler: Handler, max_tokens: int) -> Job:
+    """A request whose events go to `handler`, on a real loop in its own thread."""
+    request = GenerationRequest(
+        prompt="hello there",
+        params=SamplingParams(max_tokens=max_tokens, temperature=0.0, logit_bias=NO_EOS),
+    )
+    return h.engine.submit(request, h.engine.prepare(request), handler.sink)
+
+
+def texts_taken(handler: Handler) -> int:
+    return sum(isinstance(event, TextDelta) for event in handler.taken)
+
+
+def test_on_the_cpu_each_decode_waits_until_the_loop_has_taken_the_last_steps_tokens(
+    loop_thread,
+):
+    """llama.cpp's threads take every core during a CPU decode; a loop sending tokens beside
+    them stalls their barriers, so the loop's turn comes between decodes."""
+    h = Harness(parallel=1)
+    (handler,) = handlers(loop_thread, 1)
+    job = stream_on(h, handler, max_tokens=12)
+    seen: list[tuple[int, int]] = []  # (tokens generated, tokens the handler had taken)
+    h.backend.before_decode = lambda batch: seen.append(
+        (job.choices[0].n_gen if job.choices else 0, texts_taken(handler))
+    )
+    h.run_until_idle()
+    assert [generated for generated, _ in seen][-3:] == [9, 10, 11]
+    assert all(taken == generated for generated, taken in seen), seen
+    assert dict(h.engine.stats().phase_seconds)["loops"] > 0
+    h.assert_clean()
+
+
+def test_on_a_gpu_and_with_a_held_loop_decodes_do_not_wait(loop_thread, monkeypatch):
+    """On a GPU the loop sends beside the decode, never waited for; on the CPU a loop busy
+    elsewhere is waited for LOOP_WAIT_S a step at most."""
+    monkeypatch.setattr(stepper_module, "LOOP_WAIT_S", 0.001)
+    made = handlers(loop_thread, 2)
+    free = threading.Event()
+    loop_thread.call_soon_threadsafe(free.wait, 10)  # the loop is held until the test ends
+    for harness, handler in zip((GpuHarness, Harness), made, strict=True):
+        h = harness(parallel=1)
+        job = stream_on(h, handler, max_tokens=6)
+        h.run_until_idle()
+        assert job.state is JobState.DONE and handler.taken == []
+        assert (dict(h.engine.stats().phase_seconds)["loops"] > 0) == (not harness.gpu)
+        h.assert_clean()
+    free.set()
