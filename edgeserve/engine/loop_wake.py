@@ -4,9 +4,9 @@
 the GIL: the loop thread, woken by it, takes the GIL there and renders and writes its tokens
 while the engine thread waits to go on (over HTTP, 0.2-0.3 ms of every step of a stream). A
 `LoopWake` wakes the loop through an eventfd of its own (a pipe where there is none), written
-by a call that keeps the GIL, so the engine thread goes on to its next `llama_decode` and the
-loop does its work while the decode runs (on a GPU, beside it for free; on a CPU, on the cores
-the decode would use).
+by a call that keeps the GIL, so the engine thread goes on with its step: on a GPU to its next
+`llama_decode`, the loop working beside it for free; on the CPU to its wait for the loop
+(delivery.py), which lets the GIL go only then.
 
 Where no such call exists (no C library to load, a loop without `add_reader`, as Windows'
 proactor loop), the loop's own `call_soon_threadsafe` is used.
