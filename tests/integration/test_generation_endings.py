@@ -399,7 +399,7 @@ def engine_tokens(*, fail_after: int | None = None) -> Iterator[Slowed]:
         time.sleep(SLOW_TOKEN_S)
         on_token(self, job, choice, token, logits)
 
-    def held_or_counted(self: Outbox) -> None:
+    def held_or_counted(self: Outbox, acknowledged: bool = False) -> list[threading.Lock]:
         if time.monotonic() >= slowed.hold_at:
             # (never raised here, on the engine thread: a request never aborted shows in
             # its line, and the session's engine goes on)
@@ -410,7 +410,7 @@ def engine_tokens(*, fail_after: int | None = None) -> Iterator[Slowed]:
             slowed.tokens = max([slowed.tokens, *texts])
             if slowed.hold_after is not None and slowed.tokens >= slowed.hold_after:
                 slowed.hold()  # these events still go: the next flush waits
-        flush(self)
+        return flush(self, acknowledged)
 
     def cancelled(self: Engine, job: Any) -> None:
         cancel(self, job)
