@@ -404,6 +404,11 @@ class Engine:
             if scheduler.store.disk is not None and not crashed:
                 scheduler.spill_free()  # what the KV cache holds outlives the process
             scheduler.store.close()
+            # A prepare thread may be tokenizing and a grammar thread sampling with the model:
+            # it is freed once they are done (llama.cpp reading freed memory would abort the
+            # process), and they take nothing new.
+            self._prepare.shutdown(wait=True, cancel_futures=True)
+            self._grammar.shutdown(wait=True, cancel_futures=True)
             stepper.state.backend.close()
 
     def _wait_for_work(self, stepper: Stepper) -> bool:

@@ -1101,3 +1101,50 @@ def test_on_a_gpu_and_with_a_held_loop_decodes_do_not_wait(loop_thread, monkeypa
         assert (dict(h.engine.stats().phase_seconds)["loops"] > 0) == (not harness.gpu)
         h.assert_clean()
     free.set()
+
+
+# ---- the model outlives every thread that uses it -------------------------------------------
+
+
+@pytest.mark.parametrize("ending", ["closed", "crashed"])
+def test_the_model_is_freed_only_after_the_prepare_threads_are_done_with_it(monkeypatch, ending):
+    """A prepare thread tokenizes with the model. When the engine thread ends (the server
+    closes it, or a bug outside any one job crashes it) the model is freed only once no
+    prepare runs: llama.cpp tokenizing with a freed model reads freed memory."""
+    tokenize = FakeBackend.tokenize
+    inside, let_go = threading.Event(), threading.Event()
+    tokenizing: list[int] = []  # prepares inside tokenize
+    closed_with: list[int] = []  # how many were inside when the model was freed
+
+    def slow_tokenize(self: FakeBackend, text: str, **flags: bool) -> list[int]:
+        tokenizing.append(1)
+        inside.set()
+        let_go.wait(10)
+        tokenizing.pop()
+        return tokenize(self, text, **flags)
+
+    def crash(self: stepper_module.Stepper) -> None:
+        raise RuntimeError("a bug outside any one job")
+
+    monkeypatch.setattr(FakeBackend, "tokenize", slow_tokenize)
+    monkeypatch.setattr(FakeBackend, "close", lambda self: closed_with.append(len(tokenizing)))
+    with threaded_engine() as engine:
+        preparing = engine.prepare_async(GenerationRequest("slow", SamplingParams(max_tokens=2)))
+        assert inside.wait(5)
+        if ending == "crashed":
+            monkeypatch.setattr(stepper_module.Stepper, "step", crash)
+            request = GenerationRequest(TokenPrompt((BOS, FIRST_LETTER)), SamplingParams())
+            events: list = []
+            engine.submit(request, engine.prepare(request), Sink(InlineLoop(), events.append))
+            for _ in range(500):  # the crash fails the job just before the model is freed
+                if events:
+                    break
+                time.sleep(0.01)
+            assert isinstance(events[0], EngineFault)
+            time.sleep(0.2)  # the model was freed by now, had the thread not waited
+            assert closed_with == []
+            let_go.set()
+        else:
+            threading.Timer(0.2, let_go.set).start()
+    assert closed_with == [0]
+    assert preparing.done()
