@@ -32,7 +32,9 @@ NDJSON_TYPE = "application/x-ndjson"
 
 
 class EventStream:
-    """An open SSE (or NDJSON) response. Writes are serialised so pings never split an event.
+    """An open SSE (or NDJSON) response. Every event, and every ping, is one write into the
+    transport before any await (no compression, no hook ahead of it), so a ping falls between
+    two events and never splits one.
 
     A client that went away makes `send` return False instead of raising; the caller then
     stops producing (and the engine request is aborted by its context manager). An NDJSON
@@ -54,7 +56,6 @@ class EventStream:
             headers["Connection"] = "close"
         self._response = web.StreamResponse(status=200, headers=headers)
         self._interval = ping_interval
-        self._lock = asyncio.Lock()
         self._pinger: asyncio.Task[None] | None = None
         self.open = True
 
@@ -88,12 +89,11 @@ class EventStream:
         """Write one event; False when the client has gone away."""
         if not self.open:
             return False
-        async with self._lock:
-            try:
-                await self._response.write(data)
-            except ConnectionResetError:
-                log.debug("client went away mid-stream")
-                self.open = False
+        try:
+            await self._response.write(data)
+        except ConnectionResetError:
+            log.debug("client went away mid-stream")
+            self.open = False
         return self.open
 
     async def send_all(self, events: list[bytes]) -> bool:
