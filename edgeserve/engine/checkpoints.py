@@ -10,7 +10,7 @@ that part, since the window there is gone.
 
 So while a prompt is decoded, the window of its sequence is copied out now and then (at
 every `spacing` positions, where the prompt's last message and that message's last line start,
-and before its last token: `due`), and a prefix whose window is gone is reused from the latest
+and before its last tokens: `due`), and a prefix whose window is gone is reused from the latest
 checkpoint at or before its end: the window is put back and the tokens after the checkpoint
 are decoded again. A checkpoint holds one window (at most n_swa cells of the sliding layers:
 llama.cpp copies out only the cells the sequence's last position still attends to) and stays
@@ -70,13 +70,14 @@ class WindowCheckpoints:
         """The checkpoints of `seq`, oldest first."""
         return [c for c in self._kept if c.seq == seq]
 
-    def due(self, seq: int, position: int, n_prompt: int, marks: tuple[int, ...] = ()) -> bool:
-        """Whether to take one for `seq` before `position` of a prompt of `n_prompt` tokens:
-        at each multiple of `spacing`, at the prompt's `marks` (where its last message and
-        that message's last line start) and before its last token, once per position."""
-        if not self.enabled or position <= 0 or position >= n_prompt:
+    def due(self, seq: int, position: int, tail_start: int, marks: tuple[int, ...] = ()) -> bool:
+        """Whether to take one for `seq` before `position` of a prompt whose last tokens,
+        decoded together, start at `tail_start` (Prompt.tail): at each multiple of `spacing`,
+        at the prompt's `marks` (where its last message and that message's last line start)
+        and before those last tokens, once per position."""
+        if not self.enabled or position <= 0 or position > tail_start:
             return False
-        if position % self.spacing and position != n_prompt - 1 and position not in marks:
+        if position % self.spacing and position != tail_start and position not in marks:
             return False
         return all(c.position != position for c in self.of(seq))
 

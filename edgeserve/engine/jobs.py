@@ -74,6 +74,14 @@ Pending = tuple[Future[int | None], np.ndarray]
 SHORT_TAIL = 64
 
 
+def prompt_tail(n_prompt: int, row_multiple: int) -> int:
+    """How many last tokens of a prompt of `n_prompt` tokens are decoded together
+    (`Prompt.tail`): one, and as many more as leave the chunk before them a multiple of
+    `row_multiple` long (it starts at one: at 0, a checkpoint position, a mark or a multiple
+    of CHUNK_ALIGN, all multiples of it, unless a prefix cache hit ends elsewhere)."""
+    return 1 + (n_prompt - 1) % row_multiple if n_prompt > 0 else 1
+
+
 @dataclass(frozen=True, slots=True)
 class MediaSpan:
     """An image or clip in a prompt: its projector embeddings (one row per position), decoded
@@ -117,6 +125,15 @@ class Prompt:
     # the window's multiples, in order (where the last message starts, where its last line
     # does: prepare.py): a prompt that shares the tokens before one goes on from there.
     marks: tuple[int, ...] = ()
+    # How many of its last tokens are decoded together in a decode of their own, as the
+    # first answer token's row comes from that decode whether the rest was decoded just
+    # before or found in the prefix cache (`prompt_tail`, planning.py).
+    tail: int = 1
+
+    @property
+    def tail_start(self) -> int:
+        """Where its last `tail` tokens start: the most that a prefix cache hit gives."""
+        return len(self.tokens) - self.tail
 
     def media_at(self, position: int) -> MediaSpan | None:
         """The media item that starts at `position`, if one does."""

@@ -8,6 +8,15 @@ prompt tokens as keep the step within (1 + PREFILL_SHARE) times what it costs wi
 (`StepCost`, measured), and at least `prefill_chunk`: a newcomer's prefill holds running
 streams for about one more step's time per step instead of for its whole prompt. Drafted
 tokens ride in the same decode, as many as draft_sizing.py decides.
+A prompt chunk alone in its decode that the batch's room cuts ends at a multiple of
+CHUNK_ALIGN, as checkpoint positions are, so the chunks after it start on one; and a prompt's
+last tokens (Prompt.tail) leave the chunk before them a multiple of the backend's
+`row_multiple` long. On a CPU, llama.cpp's flash-attention kernel takes the cells in tiles of
+64: a chunk of 512 tokens not starting on a tile's edge cost ~20 ms more on Gemma 3 270M
+(1,038 against 1,015-1,020 ms after ~1,000 cached, 1,237 against 1,214-1,219 after ~4,600);
+and it deals a chunk's rows (tokens times heads) out in four slices per thread, where slices
+that straddle two heads add a tile each (192 tokens after 4,608: 555 ms, 191 or 193: 621-626;
+model.py `row_multiple`).
 An image or audio clip in a prompt is decoded in a step of its own (`MediaPlan`: its
 embeddings, all in one micro-batch, non-causal where the projector says so); media steps
 alternate with generation steps while other streams run, and a prompt's tokens never run into
@@ -42,7 +51,7 @@ from edgeserve.engine.jobs import (
     MediaSpan,
     ScoreJob,
 )
-from edgeserve.engine.ports import Batch, DecodeLimits, EmbedSpan
+from edgeserve.engine.ports import CHUNK_ALIGN, Batch, DecodeLimits, EmbedSpan
 from edgeserve.engine.scoring import TextState
 from edgeserve.engine.speculation import STEP_ROWS
 from edgeserve.engine.step_cost import StepCost
@@ -239,11 +248,12 @@ class Planner:
             budget = min(budget, self._prefill_budget(plan.logit_rows))
             row_tokens = self._row_in_prompt_tokens()
         # Alone in the engine, a prompt's last token (whose row gives the first answer token)
-        # is decoded in a step of its own, as it is after a prefix-cache hit: llama.cpp's CPU
-        # kernels give a row different values inside a multi-row chunk, so a cold prompt would
-        # otherwise answer differently from the same prompt found in the cache. Beside other
-        # work the batch varies anyway, and the extra step would only delay first tokens. A
-        # short question after an image is decoded whole, cached or not (Prompt.short_tail).
+        # is decoded in a step of its own (with the few before it that Prompt.tail adds), as
+        # it is after a prefix-cache hit: llama.cpp's CPU kernels give a row different values
+        # inside a multi-row chunk, so a cold prompt would otherwise answer differently from
+        # the same prompt found in the cache. Beside other work the batch varies anyway, and
+        # the extra step would only delay first tokens. A short question after an image is
+        # decoded whole, cached or not (Prompt.short_tail).
         quiet = not streams and len(prefilling) == 1
         for job in prefilling:
             end = job.prompt.text_end(job.prefilled)
@@ -251,12 +261,16 @@ class Planner:
             if left == 0:  # a media item is next: it takes a media step
                 continue
             alone = quiet and end == len(job.tokens) and job.prompt.short_tail is None
-            take = min(batch.room, budget, left - 1 if alone and left > 1 else left)
+            tail = job.prompt.tail if alone else 0
+            take = min(batch.room, budget, left - tail if left > tail else left)
             spacing = self.checkpoint_spacing
             if spacing and not _in_short_tail(job):  # a chunk ends where a checkpoint goes
                 take = min(take, spacing - job.prefilled % spacing)
                 if (mark := job.prompt.next_mark(job.prefilled)) is not None:
                     take = min(take, mark - job.prefilled)
+            if quiet and job.prefilled + take < end - tail:  # the next chunk starts aligned
+                aligned = job.prefilled + take - (job.prefilled + take) % CHUNK_ALIGN
+                take = aligned - job.prefilled if aligned > job.prefilled else take
             if take <= 0:
                 break
             last = job.prefilled + take == len(job.tokens)

@@ -240,14 +240,14 @@ class Scheduler:
         (what it loses is stored first); how many prompt tokens it holds."""
         held, under = self.slots.held(seq), self.slots.adapters_of(seq)
         self.slots.take(seq)
-        n_prompt = len(job.tokens)
-        common = job.prompt.reusable(min(common, n_prompt - 1))
+        limit = job.prompt.tail_start
+        common = job.prompt.reusable(min(common, limit))
         restored = self._restore(job, seq, common, held, under)
         if restored is None:
             self._spill(seq, held, under, keep=common)
         else:
             common = restored
-        return self._reuse_prefix(seq, common, n_prompt)
+        return self._reuse_prefix(seq, common, limit)
 
     def _restore(
         self, job: Job, seq: int, common: int, held: list[int], under: AdapterSet
@@ -260,9 +260,9 @@ class Scheduler:
             return None
         tokens, adapters = job.tokens, job.request.adapters
         entry, shared = self.store.best(tokens, adapters)
-        shared = job.prompt.reusable(min(shared, len(tokens) - 1))
+        shared = job.prompt.reusable(min(shared, job.prompt.tail_start))
         if entry is None or shared < common + MIN_TOKENS:
-            if len(tokens) - 1 - common >= MIN_TOKENS:
+            if job.prompt.tail_start - common >= MIN_TOKENS:
                 self.store.missed()
             return None
         state = self.store.load(entry)
@@ -320,12 +320,13 @@ class Scheduler:
                 seq, self.slots.held(seq), self.slots.adapters_of(seq), keep=0, durable=True
             )
 
-    def _reuse_prefix(self, seq: int, common: int, n_prompt: int) -> int:
-        """Keep the first `common` cached cells of `seq` (at least one prompt token is always
-        decoded again, for its logits) when the window of the next position still finds them
-        all (see KvCache), else as many as its latest checkpoint at or before `common` gives
-        back; drop the rest. Returns how many were kept."""
-        common = min(common, n_prompt - 1)
+    def _reuse_prefix(self, seq: int, common: int, limit: int) -> int:
+        """Keep the first `common` cached cells of `seq`, `limit` at most (the prompt's last
+        tokens are always decoded again, for the first answer token's logits) when the window
+        of the next position still finds them all (see KvCache), else as many as its latest
+        checkpoint at or before `common` gives back; drop the rest. Returns how many were
+        kept."""
+        common = min(common, limit)
         if common <= 0:
             self._cut(seq, -1)
             return 0
@@ -457,7 +458,7 @@ class Scheduler:
         """Copy the window of the job's lead sequence before the next prompt position when
         one is due there."""
         seq, position = job.lead.seq_id, job.prefilled
-        if self.windows.due(seq, position, len(job.tokens), job.prompt.marks):
+        if self.windows.due(seq, position, job.prompt.tail_start, job.prompt.marks):
             state = self.kv.save_window(seq, position)
             if state is not None:
                 self.windows.add(seq, position, state)

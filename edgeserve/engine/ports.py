@@ -30,6 +30,11 @@ if TYPE_CHECKING:
     from edgeserve.engine.images import DecodedImage
 
 
+# A prompt chunk alone in its decode that the batch's room cuts ends at a multiple of this
+# position (llama.cpp's CPU flash attention takes the cells in tiles of 64: planning.py).
+CHUNK_ALIGN = 64
+
+
 @dataclass(frozen=True)
 class DecodeLimits:
     """The most the scheduler hands a backend per decode, so that it sizes its contexts and
@@ -208,6 +213,9 @@ class Backend(KvCache, Protocol):
     gpu_offload: bool
     n_gpu_layers: int
     flash_attn: bool | None  # whether the generation context runs it (None: not known)
+    # Prompt chunks whose length is a multiple of this decode fastest (1: any length does;
+    # model.py `row_multiple`): a prompt's last tokens are decoded together to keep to it.
+    row_multiple: int
     # What a copied sequence's KV is only valid under (model file, context, cache type,
     # build): the disk tier of the prompt cache keeps each identity's entries apart.
     cache_identity: str

@@ -15,8 +15,9 @@ from dataclasses import replace
 from edgeserve import grammars
 from edgeserve.engine.audio import AudioClip, read_audio
 from edgeserve.engine.images import DecodedImage, decode_image
-from edgeserve.engine.jobs import MediaSpan, Prompt, media_ids
+from edgeserve.engine.jobs import MediaSpan, Prompt, media_ids, prompt_tail
 from edgeserve.engine.ports import Backend, MediaEmbeddings
+from edgeserve.engine.prompt_store import MIN_TOKENS
 from edgeserve.engine.scoring import TextState
 from edgeserve.engine.slots import common_prefix
 from edgeserve.engine.types import (
@@ -98,7 +99,8 @@ def prepare_generation(
     max_new = min(wanted, room) if wanted is not None else room
     share = max(1, n_ctx // config.parallel)
     reserve = min(n_ctx, n_prompt + request.n * min(max_new, share))
-    return Prompt(tokens, max_new, reserve, gbnf, media, marks)
+    tail = prompt_tail(n_prompt, backend.row_multiple)
+    return Prompt(tokens, max_new, reserve, gbnf, media, marks, tail)
 
 
 def _text_tokens(backend: Backend, text: str, *, chat: bool) -> list[int]:
@@ -125,12 +127,17 @@ def _checkpoint_marks(
 ) -> tuple[int, ...]:
     """Where a sliding-window model's checkpoints go besides the window's multiples, in order:
     where a conversation's last message starts and where the last line of its text (or of a
-    raw prompt) starts. The same conversation with another last message, or the same document
-    with another question on its last line, then goes on from there."""
-    marks = {_last_line_start(backend, prompt, text, tokens)}
+    raw prompt) starts, each moved back to a multiple of the backend's `row_multiple` (so the
+    chunk from there keeps to it). The same conversation with another last message, or the
+    same document with another question on its last line, then goes on from there. A mark
+    before fewer than MIN_TOKENS positions would give back less than the extra chunk costs:
+    none there."""
+    starts = {_last_line_start(backend, prompt, text, tokens)}
     if isinstance(prompt, ChatPrompt):
-        marks.add(_last_turn_start(backend, prompt, tokens))
-    return tuple(sorted(m for m in marks if 1 < m < len(tokens) - 1))
+        starts.add(_last_turn_start(backend, prompt, tokens))
+    marks = {start - start % backend.row_multiple for start in starts}
+    tail = prompt_tail(len(tokens), backend.row_multiple)
+    return tuple(sorted(m for m in marks if MIN_TOKENS <= m < len(tokens) - tail))
 
 
 def _last_turn_start(backend: Backend, prompt: ChatPrompt, tokens: list[int]) -> int:

@@ -232,6 +232,7 @@ class FakeBackend:
         self.is_classifier = False
         self.media_kinds: frozenset[str] = frozenset()
         self.n_swa = window
+        self.row_multiple = 1
         self.window_sized = window > 0
         self.checkpoint_budget = (config.n_ctx if budget is None else budget) if window else 0
         # A sequence's first position still held (tests move it up too).

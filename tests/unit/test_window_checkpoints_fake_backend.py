@@ -32,13 +32,14 @@ def letters(h: Harness, text: str) -> list[int]:
 # ---- the bookkeeping --------------------------------------------------------------------------
 
 
-def test_checkpoints_are_due_at_each_spacing_and_before_the_last_prompt_token_once():
+def test_checkpoints_are_due_at_each_spacing_and_before_the_last_prompt_tokens_once():
     windows = WindowCheckpoints(budget=1000, n_swa=WINDOW)
-    due = [p for p in range(0, 30) if windows.due(0, p, n_prompt=27)]
+    due = [p for p in range(0, 30) if windows.due(0, p, tail_start=26)]
     assert due == [8, 16, 24, 26]
+    assert [p for p in range(0, 30) if windows.due(0, p, tail_start=25)] == [8, 16, 24, 25]
     windows.add(0, 16, "state")
-    assert not windows.due(0, 16, n_prompt=27)
-    assert windows.due(1, 16, n_prompt=27)  # another sequence's position
+    assert not windows.due(0, 16, tail_start=26)
+    assert windows.due(1, 16, tail_start=26)  # another sequence's position
 
 
 def test_no_checkpoints_without_a_window_or_room_for_one():

@@ -105,6 +105,7 @@ class LlamaBackend:
         self.gpu_offload = model.gpu_offload
         self.n_gpu_layers = model.n_gpu_layers
         self.flash_attn = model.flash_attn
+        self.row_multiple = model.row_multiple
         self.cache_identity = _cache_identity(config, model)
         self.batch = TokenBatch(model.n_ctx if model.is_classifier else config.n_batch)
         self._cells = CellLedger()

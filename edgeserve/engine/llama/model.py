@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 from collections.abc import Sequence
 from contextlib import ExitStack
 from typing import Any, Literal
@@ -33,7 +34,7 @@ from edgeserve.engine.llama.pages import (
     trim_heap,
 )
 from edgeserve.engine.llama.vocab import Vocabulary
-from edgeserve.engine.ports import DecodeLimits, EmbedSpan
+from edgeserve.engine.ports import CHUNK_ALIGN, DecodeLimits, EmbedSpan
 from edgeserve.engine.types import AdapterSet, EngineConfig
 
 log = logging.getLogger("edgeserve.engine")
@@ -105,6 +106,7 @@ class LoadedModel(Vocabulary):
         self.metadata = _read_metadata(model)
         self.n_ctx_train = lc.llama_model_n_ctx_train(model)
         self.n_layer = lc.llama_model_n_layer(model)
+        self.n_head = lc.llama_model_n_head(model)
         self.n_swa = lc.llama_model_n_swa(model)
         # Window-sized sliding-window caches for generation; full-size ones for the rest.
         self.window_sized = role == "chat" and self.n_swa > 0 and not config.swa_full
@@ -285,6 +287,18 @@ class LoadedModel(Vocabulary):
     def seq_cp(self, src: int, dst: int) -> None:
         """Share every cell of `src` with `dst` (no copy in a unified cache)."""
         lc.llama_memory_seq_cp(self.memory, src, dst, -1, -1)
+
+    @property
+    def row_multiple(self) -> int:
+        """Prompt chunks whose length is a multiple of this decode fastest (1: any length).
+        With flash attention on a CPU, llama.cpp's kernel (ggml-cpu ops.cpp,
+        flash_attn_ext_f16) deals a chunk's rows, tokens times query heads, out in four
+        slices per thread: where the heads divide the slices, a chunk a multiple of
+        slices / heads tokens long has no slice straddling two heads (planning.py)."""
+        slices = 4 * self.n_threads if self.n_threads > 1 else 1
+        if not self.flash_attn or self.n_gpu_layers > 0 or slices % self.n_head:
+            return 1
+        return math.gcd(slices // self.n_head, CHUNK_ALIGN)
 
     @property
     def checkpoint_budget(self) -> int:
