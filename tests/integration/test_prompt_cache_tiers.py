@@ -19,7 +19,7 @@ from edgeserve.engine.worker import Engine
 from tests.integration.test_window_checkpoints import (
     greedy,
     inventory,
-    line_start,
+    line_mark,
     started_engine,
 )
 
@@ -71,7 +71,7 @@ async def test_documents_come_back_from_memory_exactly(model_path: Path, cold):
         answer, cached = await greedy(engine, DOCS[0] + OTHER)
         assert answer == cold[DOCS[0] + OTHER]
         # The entry's window checkpoint where the question's line starts (past the one at 512)
-        assert cached == line_start(engine, DOCS[0] + OTHER) > 512
+        assert cached == line_mark(engine, DOCS[0] + OTHER) > 512
         ram = tiers(engine)["ram"]
         assert ram.hits == 3 and ram.bytes <= 256 << 20
     finally:
@@ -117,7 +117,7 @@ async def test_the_disk_tier_outlives_the_engine_and_ignores_a_damaged_entry(
         assert tiers(again)["disk"].entries == 2
         for doc in DOCS:
             answer, cached = await greedy(again, doc + OTHER)
-            assert answer == cold[doc + OTHER] and cached == line_start(again, doc + OTHER)
+            assert answer == cold[doc + OTHER] and cached == line_mark(again, doc + OTHER)
         assert tiers(again)["disk"].hits == 2
     finally:
         again.close()

@@ -70,14 +70,16 @@ def full_engine(model_path: Path) -> Iterator[Engine]:
     engine.close()
 
 
-def line_start(engine: Engine, prompt: str) -> int:
-    """Where the last line of a raw `prompt` starts among its tokens (checked to be where the
-    tokens of that line, tokenized alone, begin)."""
+def line_mark(engine: Engine, prompt: str) -> int:
+    """Where the checkpoint of a raw `prompt`'s last line goes: where that line starts among
+    its tokens (checked to be where the tokens of that line, tokenized alone, begin), moved
+    back to a multiple of the backend's row_multiple (prepare.py)."""
     backend = engine.backend
     tokens = backend.tokenize(prompt, add_special=True, parse_special=False)
     line = backend.tokenize(prompt.rpartition("\n")[2], add_special=False, parse_special=False)
     assert tokens[-len(line) :] == line
-    return len(tokens) - len(line)
+    start = len(tokens) - len(line)
+    return start - start % backend.row_multiple
 
 
 async def greedy(engine: Engine, prompt: str, max_tokens: int = 8) -> tuple[str, int]:
@@ -152,7 +154,7 @@ async def test_another_question_after_the_same_stored_document_goes_on_from_its_
     other = inventory(0, 130) + "\nWhich lamp was blue?"
     engine = started_engine(model_path, n_ctx=N_CTX, prompt_cache_ram=1 << 30)
     try:
-        start = line_start(engine, other)
+        start = line_mark(engine, other)
         assert start % WINDOW > 64  # well past the last multiple of the window
         await greedy(engine, LONG)
         await greedy(engine, "Something else entirely.")
