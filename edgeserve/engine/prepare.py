@@ -100,6 +100,7 @@ def prepare_generation(
     share = max(1, n_ctx // config.parallel)
     reserve = min(n_ctx, n_prompt + request.n * min(max_new, share))
     tail = prompt_tail(n_prompt, backend.row_multiple)
+    marks = tuple(m for m in marks if m < n_prompt - tail)  # one is due there anyway
     return Prompt(tokens, max_new, reserve, gbnf, media, marks, tail)
 
 
@@ -136,8 +137,7 @@ def _checkpoint_marks(
     if isinstance(prompt, ChatPrompt):
         starts.add(_last_turn_start(backend, prompt, tokens))
     marks = {start - start % backend.row_multiple for start in starts}
-    tail = prompt_tail(len(tokens), backend.row_multiple)
-    return tuple(sorted(m for m in marks if MIN_TOKENS <= m < len(tokens) - tail))
+    return tuple(sorted(m for m in marks if m >= MIN_TOKENS))
 
 
 def _last_turn_start(backend: Backend, prompt: ChatPrompt, tokens: list[int]) -> int:

@@ -101,16 +101,20 @@ def test_beside_a_running_stream_the_last_prompt_token_is_not_held_back():
     h.assert_clean()
 
 
-@pytest.mark.parametrize(("document", "marks"), [(83, (84,)), (84, (86,)), (20, ())])
+@pytest.mark.parametrize(
+    ("document", "question", "marks"),
+    [(83, "which one", (84,)), (84, "which one", (86,)), (20, "which one", ()), (100, "q", ())],
+)
 def test_a_line_mark_keeps_to_the_backends_rows_and_none_comes_before_min_tokens(
-    document: int, marks: tuple[int, ...]
+    document: int, question: str, marks: tuple[int, ...]
 ):
     # The question's line starts after the BOS, the document and the line break: moved back
     # to an even position under row_multiple 2, and dropped when it would give back fewer
-    # than MIN_TOKENS (64) positions.
+    # than MIN_TOKENS (64) positions, or where the prompt's last tokens start (a one-letter
+    # line: the checkpoint before them is taken anyway).
     h = Harness(window=8, parallel=1, n_ctx=256)
     h.backend.row_multiple = 2
-    job, _ = h.submit(f"{text(document)}\nwhich one", max_tokens=2)
+    job, _ = h.submit(f"{text(document)}\n{question}", max_tokens=2)
     h.run_until_idle()
     assert job.prompt.marks == marks
     h.assert_clean()
