@@ -25,6 +25,7 @@ from bench.load import TIMEOUT, eos_ban, prompt_text
 
 SAMPLES = 10
 WARM_UP_SAMPLES = 3
+SCORE_KIND = 3  # the score request's place in the mix (_request)
 
 
 def _request(index: int, eog_ids: Sequence[int]) -> tuple[str, dict[str, Any], str]:
@@ -67,7 +68,8 @@ async def _score_alone(http: aiohttp.ClientSession, url: str, eog_ids: Sequence[
     row on a 262k vocabulary): without this, that one-time ~30 MiB came whenever a score
     request first found the engine idle, from the first to the seventh tenth of a
     200-request soak, and read as growth. With it, four soaks of 200 grew -6.8 to -9.2 MiB."""
-    path, body, _ = _request(3, eog_ids)
+    path, body, kind = _request(SCORE_KIND, eog_ids)
+    assert kind == "score", kind
     async with http.post(url + path, json=body) as resp:
         await resp.read()
 
