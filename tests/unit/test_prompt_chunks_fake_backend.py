@@ -118,3 +118,50 @@ def test_a_line_mark_keeps_to_the_backends_rows_and_none_comes_before_min_tokens
     h.run_until_idle()
     assert job.prompt.marks == marks
     h.assert_clean()
+
+
+@pytest.mark.parametrize("multiple", [1, 2, 4])
+def test_a_prompt_down_to_its_tail_answers_before_prompts_that_came_after_it(multiple: int):
+    # The first prompt's other tokens were decoded while it was alone; two prompts arrive
+    # before its tail is: that tail decodes in a step of its own, so its first token does not
+    # wait for their prefill.
+    h = Harness(parallel=3, n_ctx=512, n_batch=128)
+    h.backend.row_multiple = multiple
+    first, events = h.submit(text(40), max_tokens=3)
+    h.step()
+    n_prompt = 41
+    tail = prompt_tail(n_prompt, multiple)
+    assert first.prefilled == n_prompt - tail
+    later = [h.submit(text(50, offset=k), max_tokens=3) for k in (1, 2)]
+    since = len(h.backend.decodes)
+    h.step()
+    assert [s for _, _, s, _ in h.backend.decodes[since]] == [first.lead.seq_id] * tail
+    assert answers(events) != [""]
+    h.run_until_idle()
+    assert answers(events) == fresh_answer(text(40), max_tokens=3)
+    for k, (_, done) in zip((1, 2), later, strict=True):
+        assert answers(done) == fresh_answer(text(50, offset=k), max_tokens=3)
+    h.assert_clean()
+
+
+def test_beside_a_stream_a_prompt_found_in_the_cache_goes_before_a_longer_one():
+    # A stream runs and a long prompt is prefilling within the step's share when a prompt
+    # found whole in the prefix cache arrives: its tail takes the next step's budget first,
+    # where it would otherwise wait for the long prompt's chunks.
+    h = Harness(parallel=3, n_ctx=512, n_batch=64, prompt_cache_ram=2**24)
+    stream, _ = h.submit(text(10), max_tokens=120)
+    h.step()
+    first, _ = h.submit(text(70, offset=9), max_tokens=2)
+    while not first.state.ended:
+        h.step()
+    long, _ = h.submit(text(120, offset=4), max_tokens=2)
+    h.step()
+    assert 0 < long.prefilled < 100
+    cached, events = h.submit(text(70, offset=9), max_tokens=2)
+    h.step()
+    assert cached.cached == 70
+    assert answers(events) != [""]
+    assert not stream.state.ended
+    h.run_until_idle()
+    assert answers(events) == fresh_answer(text(70, offset=9), max_tokens=2)
+    h.assert_clean()
