@@ -120,30 +120,6 @@ def test_a_line_mark_keeps_to_the_backends_rows_and_none_comes_before_min_tokens
     h.assert_clean()
 
 
-@pytest.mark.parametrize("multiple", [1, 2, 4])
-def test_a_prompt_down_to_its_tail_answers_before_prompts_that_came_after_it(multiple: int):
-    # The first prompt's other tokens were decoded while it was alone; two prompts arrive
-    # before its tail is: that tail decodes in a step of its own, so its first token does not
-    # wait for their prefill.
-    h = Harness(parallel=3, n_ctx=512, n_batch=128)
-    h.backend.row_multiple = multiple
-    first, events = h.submit(text(40), max_tokens=3)
-    h.step()
-    n_prompt = 41
-    tail = prompt_tail(n_prompt, multiple)
-    assert first.prefilled == n_prompt - tail
-    later = [h.submit(text(50, offset=k), max_tokens=3) for k in (1, 2)]
-    since = len(h.backend.decodes)
-    h.step()
-    assert [s for _, _, s, _ in h.backend.decodes[since]] == [first.lead.seq_id] * tail
-    assert answers(events) != [""]
-    h.run_until_idle()
-    assert answers(events) == fresh_answer(text(40), max_tokens=3)
-    for k, (_, done) in zip((1, 2), later, strict=True):
-        assert answers(done) == fresh_answer(text(50, offset=k), max_tokens=3)
-    h.assert_clean()
-
-
 def test_beside_a_stream_a_prompt_found_in_the_cache_goes_before_a_longer_one():
     # A stream runs and a long prompt is prefilling within the step's share when a prompt
     # found whole in the prefix cache arrives: its tail takes the next step's budget first,
