@@ -74,12 +74,22 @@ class WindowCheckpoints:
         """Whether to take one for `seq` before `position` of a prompt whose last tokens,
         decoded together, start at `tail_start` (Prompt.tail): at each multiple of `spacing`,
         at the prompt's `marks` (where its last message and that message's last line start)
-        and before those last tokens, once per position."""
+        and before those last tokens, once per position; not where MAX_PER_SEQUENCE later
+        ones of the same prompt would push it out before the prompt ends (~3 ms a copy on
+        Gemma 3 270M: four of twelve on a ~5,900-token prompt)."""
         if not self.enabled or position <= 0 or position > tail_start:
             return False
         if position % self.spacing and position != tail_start and position not in marks:
             return False
+        if len(self._later(position, tail_start, marks)) >= MAX_PER_SEQUENCE:
+            return False
         return all(c.position != position for c in self.of(seq))
+
+    def _later(self, position: int, tail_start: int, marks: tuple[int, ...]) -> set[int]:
+        """The positions after `position` where the same prompt takes one (see `due`)."""
+        first = position - position % self.spacing + self.spacing
+        later = set(range(first, tail_start + 1, self.spacing))
+        return later | {m for m in marks if position < m <= tail_start} | {tail_start}
 
     def add(self, seq: int, position: int, state: object) -> None:
         """Keep a new checkpoint, making room for it."""

@@ -42,6 +42,26 @@ def test_checkpoints_are_due_at_each_spacing_and_before_the_last_prompt_tokens_o
     assert windows.due(1, 16, tail_start=26)  # another sequence's position
 
 
+@pytest.mark.parametrize("tail_start", [8, 9, 63, 64, 65, 71, 72, 73, 100, 130])
+@pytest.mark.parametrize("marks", [(), (30,), (66,), (30, 67)])
+def test_no_checkpoint_is_taken_that_the_same_prompt_would_push_out(
+    tail_start: int, marks: tuple[int, ...]
+):
+    # Taking every due one in order, as a prompt's prefill does, keeps exactly the
+    # positions that MAX_PER_SEQUENCE lets survive: none is copied only to be dropped.
+    windows = WindowCheckpoints(budget=10_000, n_swa=WINDOW)
+    planned = [
+        p for p in range(1, tail_start + 1) if p % WINDOW == 0 or p == tail_start or p in marks
+    ]
+    taken = []
+    for position in range(tail_start + 1):
+        if windows.due(0, position, tail_start, marks):
+            windows.add(0, position, "state")
+            taken.append(position)
+    assert taken == planned[-MAX_PER_SEQUENCE:]
+    assert [c.position for c in windows.of(0)] == taken
+
+
 def test_no_checkpoints_without_a_window_or_room_for_one():
     assert not WindowCheckpoints(budget=1000, n_swa=0).enabled
     assert not WindowCheckpoints(budget=WINDOW - 1, n_swa=WINDOW).enabled
