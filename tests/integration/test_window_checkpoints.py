@@ -23,7 +23,7 @@ from edgeserve.engine.types import (
 from edgeserve.engine.worker import Engine
 from tests.integration.engine_idle import assert_engine_idle
 
-N_CTX = 8192  # with one sequence, the sliding layers hold 1024 cells (512 + 512)
+N_CTX = 8192  # one sequence: the sliding layers hold 768 cells (512 + a 256 micro-batch)
 WINDOW = 512  # Gemma 3's
 COLOURS = ("red", "green", "blue", "amber")
 
@@ -38,7 +38,7 @@ def inventory(first: int, count: int, verb: str = "checked") -> str:
 
 LONG = inventory(0, 130) + "\nWhich lamp was in room 3?"  # ~2500 tokens: past the window cache
 # Shares LONG's first ~1100 tokens, then differs: the window of its first new position (from
-# ~590) is long gone from LONG's sequence, whose sliding layers kept less than 1024 positions.
+# ~590) is long gone from LONG's sequence, whose sliding layers kept less than 768 positions.
 BRANCH = inventory(0, 58) + " " + inventory(58, 40, "repaired") + "\nWhich lamp was blue?"
 
 
@@ -117,13 +117,15 @@ async def test_a_checkpoint_holds_one_window_and_the_caches_no_spare_sequence(
     try:
         await greedy(engine, LONG)
         sequences = lc.llama_n_seq_max(engine.backend.model.ctx)
+        micro_batch = lc.llama_n_ubatch(engine.backend.model.ctx)
         first, last = engine.backend.seq_pos_range(0)
         kept = {c.position: c for c in engine.scheduler.windows}
     finally:
         if engine is not window_engine:
             engine.close()
     assert sequences == parallel
-    assert last + 1 - first == (parallel + 1) * WINDOW  # the whole cache, long past the window
+    assert micro_batch == 256  # WINDOWED_UBATCH: a CPU context with window-sized caches
+    assert last + 1 - first == parallel * WINDOW + micro_batch  # the whole cache
     whole = memoryview(kept[WINDOW].state).nbytes  # positions 0 ... WINDOW-1: one window
     assert len(kept) > 2 and all(memoryview(c.state).nbytes == whole for c in kept.values())
     assert all(c.cells == WINDOW for c in kept.values())
