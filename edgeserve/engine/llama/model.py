@@ -133,11 +133,11 @@ class LoadedModel(Vocabulary):
         self.kv_pages: list[tuple[int, int]] = []
         # The generation context's compute buffer, handed back while idle (None: not found).
         self.scratch: ScratchBuffer | None = None
+        self.gpu_offload = bool(lc.llama_supports_gpu_offload())
+        self.n_gpu_layers = min(self.n_layer + 1, mparams.n_gpu_layers) if self.gpu_offload else 0
         self._stack.callback(self._free_contexts)
         self._open(pooling)
-        self.gpu_offload = bool(lc.llama_supports_gpu_offload())
         report_missing_gpu(self.gpu_offload)
-        self.n_gpu_layers = min(self.n_layer + 1, mparams.n_gpu_layers) if self.gpu_offload else 0
         log.info(
             "loaded %s: %d layers, vocab %d, n_ctx %d, %d sequences, %d threads, "
             "flash attention %s",
@@ -209,9 +209,7 @@ class LoadedModel(Vocabulary):
     def _small_ubatch(self) -> bool:
         """Whether the generation context takes WINDOWED_UBATCH: window-sized sliding caches,
         no layer on a GPU, and no projector (whose non-causal items need a micro-batch each)."""
-        config = self.config
-        on_gpu = config.n_gpu_layers != 0 and bool(lc.llama_supports_gpu_offload())
-        return self.window_sized and not on_gpu and config.mmproj_path is None
+        return self.window_sized and self.n_gpu_layers == 0 and self.config.mmproj_path is None
 
     def _context_failure(self, complaints: list[str]) -> str:
         """One line on why llama.cpp made no generation context, with its own reason."""
