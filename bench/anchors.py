@@ -25,7 +25,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,11 +134,16 @@ def _die_with_parent() -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
+def free_port(taken: Collection[int] = ()) -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now and that is not in `taken`
+    (ports handed to servers that may still be loading: llama-server binds only after its
+    model is loaded, and the kernel may offer the same free port twice)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind((HOST, 0))
+            port = int(sock.getsockname()[1])
+        if port not in taken:
+            return port
 
 
 def proc_status(pid: int) -> dict[str, int]:
@@ -271,7 +276,7 @@ class Servers(AbstractContextManager["Servers"]):
     def start(self, kind: str, parallel: int, extra: tuple[str, ...] = (), tag: str = "") -> Server:
         """Spawn a server, with `extra` arguments (returns at once; see `wait_ready`); `tag`
         goes into its log's name (the arguments do too)."""
-        port = free_port()
+        port = free_port({s.port for s in self.running if s.proc.poll() is None})
         self.setup.logs.mkdir(parents=True, exist_ok=True)
         names = (Path(arg).name.strip("-") for arg in (*extra, tag) if arg)  # a path: its name
         suffix = "-".join(names)
