@@ -22,7 +22,7 @@ from edgeserve.engine.images import DecodedImage
 from edgeserve.engine.llama.batch import TokenBatch
 from edgeserve.engine.llama.cells import CellLedger
 from edgeserve.engine.llama.draft_model import LlamaDraftContext
-from edgeserve.engine.llama.model import MAX_UBATCH, LoadedModel
+from edgeserve.engine.llama.model import LoadedModel
 from edgeserve.engine.llama.pages import discard, logit_rows, resident, trim_heap
 from edgeserve.engine.llama.projector import Projector
 from edgeserve.engine.llama.sampling import Sampler, grammar_sampler
@@ -170,8 +170,9 @@ class LlamaBackend:
         return timed
 
     def media_room(self, non_causal: bool) -> int:
-        """One batch, or one micro-batch for non-causal positions (see Backend.media_room)."""
-        return min(self.config.n_batch, MAX_UBATCH) if non_causal else self.config.n_batch
+        """One batch, or one micro-batch of the context for non-causal positions (see
+        Backend.media_room)."""
+        return self.model.n_ubatch if non_causal else self.config.n_batch
 
     def decode_media(self, seq: int, start: int, rows: np.ndarray, non_causal: bool) -> int:
         """Decode a media item's embedding rows into `seq` (see Backend.decode_media)."""

@@ -125,6 +125,7 @@ class LoadedModel(Vocabulary):
         self.embedding_only = role == "embedding"
         self.ctx: Any = None
         self.memory: Any = None
+        self.n_ubatch = 0  # the generation context's micro-batch (0: no such context)
         # Whether the generation context runs flash attention, as llama.cpp resolved
         # --flash-attn (None: its log did not say).
         self.flash_attn: bool | None = None
@@ -168,6 +169,7 @@ class LoadedModel(Vocabulary):
             self._stack.close()
             raise
         self.n_ctx = lc.llama_n_ctx(self.ctx)
+        self.n_ubatch = lc.llama_n_ubatch(self.ctx)
 
     def _new_context(self) -> tuple[Any, Any]:
         """(context, memory) for generation (or, for a classifier, its one scoring context)."""
@@ -319,10 +321,9 @@ class LoadedModel(Vocabulary):
         256 cells), which checkpoints of windows may hold in all; 0 with full-size caches."""
         if not self.window_sized:
             return 0
-        n_ctx = lc.llama_n_ctx(self.ctx)
-        n_ubatch = lc.llama_n_ubatch(self.ctx)
-        window = -(-min(n_ctx, self.n_swa * self.config.parallel + n_ubatch) // 256) * 256
-        return max(0, n_ctx - window)
+        window = self.n_swa * self.config.parallel + self.n_ubatch
+        window = -(-min(self.n_ctx, window) // 256) * 256
+        return max(0, self.n_ctx - window)
 
     def save_window(self, seq: int, position: int) -> Any:
         """The sliding-window cells that position `position` of `seq` attends to, copied out
